@@ -1,0 +1,150 @@
+"""
+The one config parser every script uses (nanoGPT lineage, made strict).
+
+    python train.py config/looped.py --n_loop=4 --lr=3e-3
+
+1. Each bare argument is a config file: plain Python, exec'd; every name it assigns must be a known key.
+2. Each --key=value overrides one key. Values are parsed with ast.literal_eval (so 3e-3, True, None, (1, 2)
+   work) and fall back to a plain string ("--init_from=resume").
+3. Keys are the calling script's defaults plus the fields of the model config dataclass (GPTConfig). An unknown
+   key or a value of the wrong type stops the script with a message naming the closest valid key.
+4. --help lists every key with its default and the one-line comment written next to it in the source.
+
+Scripts call it as
+    cfg, model_cfg = configure(defaults, GPTConfig)
+where `defaults` is a dict of the script's own keys (often `globals()` filtered to simple values).
+"""
+import ast
+import dataclasses
+import difflib
+import inspect
+import re
+import sys
+
+SIMPLE_TYPES = (int, float, bool, str, tuple, list, type(None))
+
+
+class ConfigError(SystemExit):
+    """Raised (as a SystemExit with a readable message) for any bad config input."""
+
+
+def _comments(source_file, names):
+    """One-line descriptions: the trailing `# comment` on the line that assigns each name in the source."""
+    try:
+        lines = open(source_file).read().splitlines()
+    except (OSError, TypeError):
+        return {}
+    docs = {}
+    for line in lines:
+        m = re.match(r"^\s*([A-Za-z_]\w*)\s*(?::[^=]+)?=.*?#\s*(.*)$", line)
+        if m and m.group(1) in names and m.group(1) not in docs:
+            docs[m.group(1)] = m.group(2).strip()
+    return docs
+
+
+def _check_type(key, value, default):
+    """Accept value if it fits the default's type; ints are fine where floats are expected."""
+    if default is None or value is None:
+        return value
+    if isinstance(default, bool):
+        ok = isinstance(value, bool)
+    elif isinstance(default, float):
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        value = float(value) if ok else value
+    elif isinstance(default, int):
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif isinstance(default, (tuple, list)):
+        ok = isinstance(value, (tuple, list))
+        value = type(default)(value) if ok else value
+    else:
+        ok = isinstance(value, type(default))
+    if not ok:
+        raise ConfigError(f"config error: --{key}={value!r} has type {type(value).__name__}, "
+                          f"but {key} expects {type(default).__name__} (default {default!r})")
+    return value
+
+
+def _unknown(key, known):
+    close = difflib.get_close_matches(key, known, n=1, cutoff=0.5)
+    hint = f"; did you mean '{close[0]}'?" if close else "; run with --help to list every key"
+    return ConfigError(f"config error: unknown key '{key}'{hint}")
+
+
+def _parse_value(text):
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text  # a bare string such as --init_from=resume
+
+
+def configure(defaults, model_cls=None, argv=None, doc_source=None):
+    """Return (script config dict, model config instance or None) after config files and --key=value overrides.
+
+    defaults: the script's own keys (simple values only; other entries such as modules are ignored).
+    model_cls: a dataclass (GPTConfig) whose fields are also valid keys.
+    doc_source: the file whose `# comments` describe the script keys (default: the caller's file).
+    """
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if doc_source is None:
+        doc_source = defaults.get("__file__") or inspect.stack()[1].filename
+    script = {k: v for k, v in defaults.items()
+              if not k.startswith("_") and isinstance(v, SIMPLE_TYPES)}
+    fields = {f.name: f for f in dataclasses.fields(model_cls)} if model_cls else {}
+    model_defaults = {}
+    for name, f in fields.items():
+        if f.default is not dataclasses.MISSING:
+            model_defaults[name] = f.default
+        else:
+            model_defaults[name] = f.default_factory()
+    clash = set(script) & set(model_defaults)
+    assert not clash, f"script keys shadow model config fields: {sorted(clash)}"
+    known = {**script, **model_defaults}
+
+    if "-h" in argv or "--help" in argv:
+        print_help(script, model_defaults, doc_source, model_cls)
+        raise SystemExit(0)
+
+    values = {}
+
+    def assign(key, value, where):
+        if key not in known:
+            raise _unknown(key, list(known))
+        values[key] = _check_type(key, value, known[key])
+
+    for arg in argv:
+        if arg.startswith("--"):
+            if "=" not in arg:
+                raise ConfigError(f"config error: '{arg}' needs a value, like --key=value")
+            key, text = arg[2:].split("=", 1)
+            assign(key.replace("-", "_"), _parse_value(text), "command line")
+        else:
+            try:
+                code = open(arg).read()
+            except OSError as e:
+                raise ConfigError(f"config error: cannot read config file '{arg}': {e.strerror}")
+            namespace = {}
+            exec(compile(code, arg, "exec"), namespace)
+            for key, value in namespace.items():
+                if key.startswith("_") or inspect.ismodule(value) or callable(value):
+                    continue
+                assign(key, value, arg)
+
+    script.update({k: v for k, v in values.items() if k in script})
+    model_cfg = None
+    if model_cls is not None:
+        model_cfg = model_cls(**{k: v for k, v in values.items() if k in model_defaults})
+    return script, model_cfg
+
+
+def print_help(script, model_defaults, doc_source, model_cls):
+    def section(title, keys, docs):
+        print(title)
+        width = max((len(k) for k in keys), default=0)
+        for k, v in keys.items():
+            print(f"  --{k.ljust(width)} = {v!r:<14} {docs.get(k, '')}")
+    print(f"usage: python {doc_source and doc_source.split('/')[-1]} [config/file.py ...] [--key=value ...]\n")
+    section("script keys:", script, _comments(doc_source, script))
+    if model_cls is not None:
+        print()
+        section(f"model keys ({model_cls.__name__}):", model_defaults,
+                _comments(inspect.getsourcefile(model_cls), model_defaults))
