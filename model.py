@@ -20,7 +20,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from moe import make_ffn
+from moe import make_ffn, update_biases
 
 
 @dataclass
@@ -294,6 +294,15 @@ class GPT(nn.Module):
     def n_slots(self):
         """KV-cache slots: one per executed (loop, layer) step."""
         return len(self.blocks)
+
+    def block_executions(self):
+        """How often each module in self.blocks runs in one forward pass (and how many of those runs build a
+        graph for backward): a list of (forward runs, backward runs). scaling.py counts compute with it."""
+        return [(1, 1)] * len(self.blocks)
+
+    def after_optimizer_step(self, world_size=1):
+        """Work that follows each optimizer step: the bias-balancing update of MoE routers (moe.py)."""
+        update_biases(self, world_size)
 
     # ---- the depth walk ----
     def embed(self, idx, pos=0):

@@ -8,3 +8,8 @@ def make_ffn(config, layer_index):
     if config.n_expert == 0:
         return None
     raise NotImplementedError("MoE layers are not implemented yet")
+
+
+def update_biases(model, world_size=1):
+    """After each optimizer step: bias-balancing update of every MoE router (none yet)."""
+    return None
