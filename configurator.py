@@ -113,10 +113,14 @@ def configure(defaults, model_cls=None, argv=None, doc_source=None):
 
     for arg in argv:
         if arg.startswith("--"):
-            if "=" not in arg:
-                raise ConfigError(f"config error: '{arg}' needs a value, like --key=value")
-            key, text = arg[2:].split("=", 1)
-            assign(key.replace("-", "_"), _parse_value(text), "command line")
+            if "=" in arg:
+                key, text = arg[2:].split("=", 1)
+                value = _parse_value(text)
+            else:  # a bare --flag switches a boolean key on
+                key, value = arg[2:], True
+                if key.replace("-", "_") in known and not isinstance(known[key.replace("-", "_")], bool):
+                    raise ConfigError(f"config error: '{arg}' needs a value, like --{key}=...")
+            assign(key.replace("-", "_"), value, "command line")
         else:
             try:
                 code = open(arg).read()

@@ -1,0 +1,47 @@
+"""
+Generate text from a trained run with the KV cache (plain, looped and MoE models alike):
+
+    python sample.py --ckpt=out/default --prompt="And the" --max_new_tokens=200
+"""
+import torch
+
+from configurator import configure
+from data import get_tokenizer
+from loop import load_model
+
+ckpt = "out/default"  # run directory (or path to a ckpt.pt) written by train.py
+prompt = "\n"  # text to continue; "FILE:path" reads it from a file
+num_samples = 2  # independent samples
+max_new_tokens = 200  # tokens to generate per sample (prompt + new tokens must fit in block_size)
+temperature = 0.8  # 0 = greedy; < 1 sharper, > 1 more random
+top_k = 50  # keep only the top_k most likely tokens (0 = all)
+seed = 1337  # sampling seed
+device = "cpu"  # cpu | cuda
+dtype = "float32"  # float32 | bfloat16 (autocast)
+
+
+def main(argv=None):
+    defaults = {k: v for k, v in globals().items() if not k.startswith("_")}
+    cfg, _ = configure(defaults, None, argv, doc_source=__file__)
+    model, state = load_model(cfg["ckpt"], cfg["device"])
+    tok = get_tokenizer(state["train_config"].get("tokenizer", "gpt2"))
+    text = cfg["prompt"]
+    if text.startswith("FILE:"):
+        text = open(text[5:]).read()
+    ids = tok.encode(text) or [tok.eot]
+    idx = torch.tensor([ids] * cfg["num_samples"], device=cfg["device"])
+    n = min(cfg["max_new_tokens"], model.config.block_size - idx.size(1))
+    if n <= 0:
+        raise SystemExit(f"the prompt has {idx.size(1)} tokens, the model's block_size is "
+                         f"{model.config.block_size}: shorten the prompt")
+    g = torch.Generator(device=cfg["device"]).manual_seed(cfg["seed"])
+    amp = torch.autocast(cfg["device"].split(":")[0], dtype=torch.bfloat16) if cfg["dtype"] == "bfloat16" else None
+    with amp or torch.no_grad():
+        out = model.generate(idx, n, temperature=cfg["temperature"], top_k=cfg["top_k"] or None, generator=g)
+    for row in out.tolist():
+        print(tok.decode(row))
+        print("-" * 60)
+
+
+if __name__ == "__main__":
+    main()

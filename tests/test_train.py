@@ -1,0 +1,215 @@
+"""train.py: schedules, weight decay, config errors, checkpoints, exact resume after a kill, DDP equivalence,
+and a short run that learns."""
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+import train
+from configurator import ConfigError, configure
+from loop import load_model
+from model import GPT, GPTConfig
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TINY = ["--n_layer=2", "--n_embd=64", "--head_dim=16", "--block_size=32", "--batch_size=4", "--sample_tokens=0",
+        "--eval_tokens=2048", "--log_interval=1"]
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    """A small byte-level corpus made from local files (fast; the real offline corpus is tested in test_data)."""
+    d = tmp_path_factory.mktemp("corpus")
+    text = open(os.path.join(REPO, "train.py")).read() + open(os.path.join(REPO, "model.py")).read()
+    for i in range(8):
+        (d / f"doc{i}.txt").write_text(text[i * 3000:(i + 1) * 3000 + 20000])
+    return ["--data_source=files:" + str(d / "*.txt"), "--tokenizer=byte", "--data_dir=" + str(d / "tokens")]
+
+
+def read_log(out_dir):
+    return [json.loads(line) for line in open(os.path.join(out_dir, "log.jsonl"))]
+
+
+def losses(out_dir):
+    return {r["step"]: r["loss"] for r in read_log(out_dir) if "loss" in r}
+
+
+# ---- schedules and optimizer ----------------------------------------------------------------------------------
+
+def sched(**kw):
+    cfg = dict(warmup_iters=10, min_lr_frac=0.05, schedule="wsd_sqrt", decay_frac=0.1)
+    cfg.update(kw)
+    return cfg
+
+
+def test_schedule_values_at_chosen_steps():
+    m = train.lr_multiplier
+    assert m(0, 100, sched()) == pytest.approx(0.1) and m(9, 100, sched()) == pytest.approx(1.0)
+    assert m(50, 100, sched()) == 1.0 and m(90, 100, sched()) == 1.0
+    # WSD sqrt cooldown (Lee et al.): p = 5/10 -> 0.05 + 0.95*(1 - sqrt(0.5))
+    assert m(95, 100, sched()) == pytest.approx(0.05 + 0.95 * (1 - math.sqrt(0.5)))
+    assert m(100, 100, sched()) == pytest.approx(0.05)
+    assert m(95, 100, sched(schedule="wsd_linear", min_lr_frac=0.0)) == pytest.approx(0.5)
+    # cosine from the end of warmup: halfway -> (1 + f)/2
+    assert m(55, 100, sched(schedule="cosine", min_lr_frac=0.1)) == pytest.approx(0.55)
+    assert m(100, 100, sched(schedule="cosine", min_lr_frac=0.1)) == pytest.approx(0.1)
+    # linear decay to 10% (Schwethelm et al.)
+    assert m(55, 100, sched(schedule="linear", min_lr_frac=0.1)) == pytest.approx(0.55)
+    with pytest.raises(ValueError, match="schedule"):
+        m(50, 100, sched(schedule="exp"))
+
+
+@pytest.mark.parametrize("lr", [0.0, 1e-3, 10.0])
+def test_independent_weight_decay_is_exactly_lambda_per_step_at_any_lr(lr):
+    model = GPT(GPTConfig(vocab_size=50, n_layer=1, n_embd=32, head_dim=16)).init_weights(0)
+    cfg = dict(weight_decay=0.01, wd_independent=True, adam_eps=1e-8, lr=lr, optimizer="adamw", beta1=0.9,
+               beta2=0.999)
+    opt = train.make_optimizer(model, cfg, "cpu")
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    for _ in range(3):
+        for p in model.parameters():
+            p.grad = torch.zeros_like(p)
+        train.decay_weights(opt, 0.01)
+        opt.step()
+    for n, p in model.named_parameters():  # all parameters are matrices here, all decay
+        torch.testing.assert_close(p.detach(), before[n] * 0.99 ** 3, rtol=1e-6, atol=0)
+
+
+def test_coupled_weight_decay_is_torch_adamw():
+    model = GPT(GPTConfig(vocab_size=50, n_layer=1, n_embd=32, head_dim=16)).init_weights(0)
+    cfg = dict(weight_decay=0.1, wd_independent=False, adam_eps=1e-8, lr=0.5, optimizer="adamw", beta1=0.9,
+               beta2=0.95)
+    opt = train.make_optimizer(model, cfg, "cpu")
+    p = model.wte.weight
+    before = p.detach().clone()
+    for q in model.parameters():
+        q.grad = torch.zeros_like(q)
+    opt.step()
+    torch.testing.assert_close(p.detach(), before * (1 - 0.5 * 0.1))
+
+
+# ---- config errors -----------------------------------------------------------------------------------------------
+
+def test_config_errors_name_the_closest_key(tmp_path):
+    defaults = {"batch_size": 8, "lr": 1e-3, "schedule": "wsd_sqrt"}
+    with pytest.raises(ConfigError, match="did you mean 'n_layer'"):
+        configure(defaults, GPTConfig, ["--n_layr=3"])
+    with pytest.raises(ConfigError, match="expects int"):
+        configure(defaults, GPTConfig, ["--batch_size=abc"])
+    with pytest.raises(ConfigError, match="expects float"):
+        configure(defaults, GPTConfig, ["--lr=True"])
+    bad = tmp_path / "bad.py"
+    bad.write_text("n_embd = 64\nlearning_rate = 1e-3\n")
+    with pytest.raises(ConfigError, match="unknown key 'learning_rate'"):
+        configure(defaults, GPTConfig, [str(bad)])
+    good = tmp_path / "good.py"
+    good.write_text("import math\nn_embd = 64\nlr = 2e-3\n")
+    cfg, mcfg = configure(defaults, GPTConfig, [str(good), "--lr=5e-3", "--mup"])
+    assert cfg["lr"] == 5e-3 and mcfg.n_embd == 64 and mcfg.mup is True and cfg["batch_size"] == 8
+
+
+def test_help_lists_keys_with_descriptions():
+    out = subprocess.run([sys.executable, "train.py", "--help"], cwd=REPO, capture_output=True, text=True)
+    assert out.returncode == 0
+    assert "--wd_independent" in out.stdout and "theta <- theta*(1 - wd)" in out.stdout
+    assert "--n_embd" in out.stdout and "model width" in out.stdout
+    bad = subprocess.run([sys.executable, "train.py", "--n_embed=64"], cwd=REPO, capture_output=True, text=True)
+    assert bad.returncode != 0 and "did you mean 'n_embd'" in bad.stderr
+
+
+# ---- runs --------------------------------------------------------------------------------------------------------
+
+def test_checkpoint_round_trip_and_sample(data_dir, tmp_path):
+    out = str(tmp_path / "run")
+    train.main(TINY + data_dir + [f"--out_dir={out}", "--max_iters=6", "--eval_interval=3"])
+    ckpt = torch.load(os.path.join(out, "ckpt.pt"), weights_only=True)  # plain tensors and containers only
+    assert ckpt["step"] == 6 and not any(k.startswith("_orig_mod") for k in ckpt["model"])
+    model, _ = load_model(out)
+    x = torch.randint(0, 257, (1, 16))
+    again, _ = load_model(out)
+    torch.testing.assert_close(model(x)[0], again(x)[0])
+    result = json.load(open(os.path.join(out, "result.json")))
+    assert result["steps"] == 6 and math.isfinite(result["val_loss"])
+    log = read_log(out)
+    assert {"step", "tokens", "loss", "lr", "tokens_per_s", "mfu"} <= set(log[1])
+    sample = subprocess.run([sys.executable, "sample.py", f"--ckpt={out}", "--max_new_tokens=10", "--num_samples=1"],
+                            cwd=REPO, capture_output=True, text=True)
+    assert sample.returncode == 0, sample.stderr
+
+
+def test_resume_after_kill_reproduces_uninterrupted_losses(data_dir, tmp_path):
+    args = [sys.executable, "train.py"] + TINY + data_dir + ["--max_iters=400", "--eval_interval=10"]
+    ref, cut = str(tmp_path / "ref"), str(tmp_path / "cut")
+    subprocess.run(args + [f"--out_dir={ref}", "--max_iters=400"], cwd=REPO, check=True, capture_output=True)
+    proc = subprocess.Popen(args + [f"--out_dir={cut}"], cwd=REPO, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while time.time() < deadline:  # kill -9 once a checkpoint after step 0 exists
+        time.sleep(0.05)
+        if os.path.exists(os.path.join(cut, "log.jsonl")) and any(
+                "val_loss" in r and r["step"] >= 30 for r in read_log(cut)):
+            break
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    killed_at = max(losses(cut))
+    assert killed_at < 399, "the run finished before it was killed: make it longer"
+    subprocess.run(args + [f"--out_dir={cut}", "--resume"], cwd=REPO, check=True, capture_output=True)
+    assert losses(cut) == losses(ref)  # bit-for-bit: same batches, same state
+    assert json.load(open(os.path.join(cut, "result.json")))["val_loss"] == \
+        json.load(open(os.path.join(ref, "result.json")))["val_loss"]
+
+
+def test_ddp_two_ranks_match_one_process_with_accumulation(data_dir, tmp_path):
+    common = TINY + data_dir + ["--max_iters=8", "--eval_interval=4", "--grad_accum=2"]
+    one, two = str(tmp_path / "one"), str(tmp_path / "two")
+    subprocess.run([sys.executable, "train.py"] + common + [f"--out_dir={one}"], cwd=REPO, check=True,
+                   capture_output=True)
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    res = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                          "train.py"] + common + [f"--out_dir={two}"], cwd=REPO, capture_output=True, text=True,
+                         env=env)
+    assert res.returncode == 0, res.stderr[-3000:]
+    a, b = losses(one), losses(two)
+    assert a.keys() == b.keys()
+    for step in a:  # all-reduce sums in another order than accumulation: equal up to float rounding
+        assert b[step] == pytest.approx(a[step], rel=1e-5, abs=1e-5), step
+    va = [r["val_loss"] for r in read_log(one) if "val_loss" in r]
+    vb = [r["val_loss"] for r in read_log(two) if "val_loss" in r]
+    assert vb == pytest.approx(va, rel=1e-5)
+
+
+def test_non_finite_loss_stops_and_keeps_last_good_checkpoint(data_dir, tmp_path, monkeypatch):
+    calls = {"train": 0}
+    real_loss = GPT.loss
+
+    def loss_that_breaks(self, logits, targets):  # the 5th training step's loss is NaN
+        loss = real_loss(self, logits, targets)
+        if self.training:
+            calls["train"] += 1
+            if calls["train"] >= 5:
+                return loss * float("nan")
+        return loss
+
+    monkeypatch.setattr(GPT, "loss", loss_that_breaks)
+    out = str(tmp_path / "nan")
+    with pytest.raises(SystemExit) as e:
+        train.main(TINY + data_dir + [f"--out_dir={out}", "--max_iters=50", "--eval_interval=2"])
+    assert e.value.code == 1
+    ckpt = torch.load(os.path.join(out, "ckpt.pt"), weights_only=True)
+    assert ckpt["step"] == 4  # saved before step 4 ran; nothing after the NaN was written
+    assert all(torch.isfinite(v).all() for v in ckpt["model"].values())
+
+
+def test_short_cpu_run_learns_a_nat(tmp_path):
+    """On the real offline corpus (byte level), validation loss falls >= 1 nat below its initial value in 200 steps."""
+    out = str(tmp_path / "learn")
+    train.main(["--n_layer=2", "--n_embd=128", "--block_size=64", "--batch_size=8", "--max_iters=200",
+                "--eval_interval=200", "--eval_tokens=8192", "--sample_tokens=0", "--log_interval=50",
+                f"--data_dir={tmp_path / 'offline'}", f"--out_dir={out}"])
+    vals = [r["val_loss"] for r in read_log(out) if "val_loss" in r]
+    assert vals[0] - vals[-1] >= 1.0, vals

@@ -1,0 +1,396 @@
+"""
+Train a plain, looped or MoE transformer. One process:
+
+    python train.py                                   # the small default run on the offline corpus (CPU)
+    python train.py config/sparse_looped.py --n_embd=256 --max_iters=2000
+
+DDP on one node (nccl on CUDA, gloo on CPU); the same command line gives the same training with or without
+torchrun, because grad_accum counts micro-batches across all ranks:
+
+    torchrun --standalone --nproc_per_node=8 train.py config/x.py --grad_accum=8
+
+Resume a killed run exactly (same batches, same losses): add --resume to the same command.
+A run directory (out_dir) holds ckpt.pt, config.json, log.jsonl (one JSON object per logged step) and, at the end,
+result.json.
+"""
+import json
+import math
+import os
+import sys
+import time
+from contextlib import nullcontext
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from configurator import configure
+from data import TokenData, default_data_dir, ensure_data
+from loop import build_model
+from model import GPTConfig
+import scaling
+
+# ---------------------------------------------------------------------------------------------------------------
+# defaults (the model's keys are GPTConfig's, in model.py; `python train.py --help` lists everything)
+out_dir = "out/default"  # run directory: ckpt.pt, config.json, log.jsonl, result.json
+resume = False  # continue the run in out_dir from its ckpt.pt
+eval_interval = 100  # steps between validation evaluations (and checkpoints)
+eval_tokens = 65536  # validation tokens per evaluation (a fixed set)
+log_interval = 10  # steps between log lines
+sample_tokens = 300  # tokens of text to print at the end (0 = none)
+# data
+data_source = "offline"  # offline | kjv | shakespeare | fineweb-edu | files:<glob>
+tokenizer = "byte"  # byte | gpt2
+data_dir = ""  # token files; "" = data/<source>_<tokenizer> in the repository
+# optimization
+batch_size = 16  # sequences per micro-batch (per rank)
+grad_accum = 1  # micro-batches per step across ALL ranks (must be divisible by the number of ranks)
+max_iters = 800  # optimizer steps (ignored when flops_budget > 0)
+flops_budget = 0.0  # if > 0: train for budget / (FLOPs per token) tokens (scaling.py accounting)
+flops_convention = "lee"  # lee (6*N_active) | schwethelm (6*executed params + attention), see scaling.py
+optimizer = "adamw"  # adamw
+lr = 3e-3  # peak learning rate (base LR: muP and the other rules scale it per parameter group)
+schedule = "wsd_sqrt"  # wsd_sqrt | wsd_linear | cosine | linear | constant
+warmup_iters = 50  # linear warmup steps
+decay_frac = 0.1  # WSD: fraction of all steps spent in the final decay
+min_lr_frac = 0.05  # LR at the end of the decay, as a fraction of the peak
+beta1 = 0.9  # AdamW beta1
+beta2 = 0.999  # AdamW beta2
+adam_eps = 1e-8  # AdamW epsilon (before per-group scaling)
+weight_decay = 1e-4  # weight decay on matrices
+wd_independent = True  # True: theta <- theta*(1 - wd) each step whatever the LR (Lee et al.); False: torch AdamW's lr*wd
+grad_clip = 1.0  # clip the global gradient norm (0 = off)
+# system
+device = "auto"  # auto | cpu | cuda | cuda:N
+dtype = "auto"  # auto (bfloat16 on CUDA, float32 on CPU) | float32 | bfloat16
+compile = False  # torch.compile each block (the depth loop stays in Python)
+ddp_find_unused = False  # DDP find_unused_parameters (needed when some weights get no gradient in a step)
+seed = 1337  # seeds the init and the batch order
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def lr_multiplier(step, total, cfg):
+    """The schedule's LR multiplier at `step` of `total` steps (linear warmup first, then):
+    wsd_sqrt   constant, then over the last decay_frac: f + (1-f)(1-sqrt(p)) (Hagele et al. 2024; Lee et al. 2026)
+    wsd_linear constant, then f + (1-f)(1-p) over the last decay_frac (Wang et al. 2026, arXiv:2606.18524)
+    cosine     f + (1-f)(1+cos(pi p))/2 after warmup (Jeddi et al. 2026, arXiv:2602.11451)
+    linear     f + (1-f)(1-p) after warmup (Schwethelm et al. 2026, arXiv:2604.21106)
+    where f = min_lr_frac and p in [0, 1] is the progress through the decay phase."""
+    warmup, f = cfg["warmup_iters"], cfg["min_lr_frac"]
+    if step < warmup:
+        return (step + 1) / warmup
+    kind = cfg["schedule"]
+    if kind == "constant":
+        return 1.0
+    if kind in ("wsd_sqrt", "wsd_linear"):
+        decay_start = total - int(cfg["decay_frac"] * total)
+        if step < decay_start:
+            return 1.0
+        p = (step - decay_start) / max(1, total - decay_start)
+        return f + (1 - f) * (1 - (math.sqrt(p) if kind == "wsd_sqrt" else p))
+    p = (step - warmup) / max(1, total - warmup)
+    if kind == "cosine":
+        return f + (1 - f) * 0.5 * (1 + math.cos(math.pi * p))
+    if kind == "linear":
+        return f + (1 - f) * (1 - p)
+    raise ValueError(f"unknown schedule {kind!r}: use wsd_sqrt | wsd_linear | cosine | linear | constant")
+
+
+def make_optimizer(model, cfg, device_type):
+    """AdamW over the model's parameter groups (muP and the other LR rules live in model.param_groups)."""
+    groups = model.param_groups()
+    for g in groups:
+        g["weight_decay"] = cfg["weight_decay"] if (g["decay"] and not cfg["wd_independent"]) else 0.0
+        g["eps"] = cfg["adam_eps"] * g["eps_scale"]
+        g["lr"] = cfg["lr"] * g["lr_scale"]
+    if cfg["optimizer"] != "adamw":
+        raise ValueError(f"unknown optimizer {cfg['optimizer']!r}: use adamw")
+    fused = device_type == "cuda"
+    return torch.optim.AdamW(groups, lr=cfg["lr"], betas=(cfg["beta1"], cfg["beta2"]), fused=fused)
+
+
+def set_lr(optimizer, lr):
+    for g in optimizer.param_groups:
+        g["lr"] = lr * g["lr_scale"]
+
+
+@torch.no_grad()
+def decay_weights(optimizer, wd):
+    """Independent weight decay (Lee et al. 2026, arXiv:2605.09165, §3): theta <- theta*(1 - wd), not scaled by
+    the LR as torch's AdamW does. Applied before the Adam update, like AdamW's own decay."""
+    for g in optimizer.param_groups:
+        if g["decay"]:
+            torch._foreach_mul_(g["params"], 1.0 - wd)
+
+
+def save_checkpoint(path, state):
+    """Write atomically: a killed run never leaves a half-written ckpt.pt."""
+    tmp = path + ".tmp"
+    torch.save(state, tmp)
+    with open(tmp, "rb") as f:
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def cpu_matmul_rate(dtype, n=2048, repeats=3):
+    """FLOP/s of an n^3 matmul in `dtype` on this CPU, timed in this process: the MFU reference on CPU."""
+    a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
+    a @ b  # warm up
+    best = float("inf")
+    for _ in range(repeats):
+        t = time.perf_counter()
+        a @ b
+        best = min(best, time.perf_counter() - t)
+    return 2 * n ** 3 / best
+
+
+GPU_BF16_PEAK = {"H100": 989e12, "H200": 989e12, "A100": 312e12, "L4": 121e12, "A10": 125e12}  # dense bf16
+
+
+def peak_flops(device_type, dtype):
+    if device_type == "cuda":
+        name = torch.cuda.get_device_name()
+        for key, peak in GPU_BF16_PEAK.items():
+            if key in name:
+                return peak
+        return float("nan")  # unknown GPU: MFU is not reported
+    return cpu_matmul_rate(dtype)
+
+
+@torch.no_grad()
+def evaluate(model, data, cfg, ctx, device, rank, world_size):
+    """Mean cross-entropy over the fixed validation tokens (windows split across ranks, summed in one all_reduce)."""
+    model.eval()
+    total = torch.zeros(2, device=device, dtype=torch.float64)
+    for i, (x, y) in enumerate(data.val_batches(cfg["batch_size"], model.config.block_size, cfg["eval_tokens"])):
+        if i % world_size != rank:
+            continue
+        x, y = x.to(device), y.to(device)
+        with ctx:
+            _, loss, _ = model(x, y)
+        total += torch.tensor([loss.item() * y.numel(), y.numel()], device=device, dtype=torch.float64)
+    if world_size > 1:
+        dist.all_reduce(total)
+    model.train()
+    return (total[0] / total[1]).item()
+
+
+def format_time(seconds):
+    seconds = int(seconds)
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
+
+
+def main(argv=None):
+    defaults = {k: v for k, v in globals().items() if not k.startswith("_")}
+    cfg, model_cfg = configure(defaults, GPTConfig, argv, doc_source=__file__)
+
+    # ---- processes and devices ----
+    ddp = int(os.environ.get("RANK", -1)) != -1
+    if ddp:
+        backend = "nccl" if torch.cuda.is_available() and cfg["device"] != "cpu" else "gloo"
+        dist.init_process_group(backend=backend)
+        rank, world_size, local_rank = dist.get_rank(), dist.get_world_size(), int(os.environ["LOCAL_RANK"])
+    else:
+        rank, world_size, local_rank = 0, 1, 0
+    master = rank == 0
+    device = cfg["device"]
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda" and ddp:
+        device = f"cuda:{local_rank}"
+    device_type = "cuda" if device.startswith("cuda") else "cpu"
+    if device_type == "cuda":
+        torch.cuda.set_device(device)
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    dtype_name = cfg["dtype"] if cfg["dtype"] != "auto" else ("bfloat16" if device_type == "cuda" else "float32")
+    ptdtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[dtype_name]
+    ctx = nullcontext() if ptdtype == torch.float32 else torch.autocast(device_type, dtype=ptdtype)
+    if cfg["grad_accum"] % world_size:
+        raise SystemExit(f"grad_accum={cfg['grad_accum']} must be divisible by the {world_size} ranks")
+    accum = cfg["grad_accum"] // world_size  # micro-batches per rank per step
+    say = print if master else (lambda *a, **k: None)
+
+    # ---- data ----
+    data_dir = cfg["data_dir"] or default_data_dir(cfg["data_source"], cfg["tokenizer"])
+    if master:
+        meta = ensure_data(data_dir, cfg["data_source"], cfg["tokenizer"])
+    if ddp:
+        dist.barrier()  # rank 0 prepares the token files once
+    data = TokenData(data_dir)
+    meta = data.meta
+    if model_cfg.vocab_size != meta["vocab_size"]:
+        if model_cfg.vocab_size != GPTConfig.vocab_size:
+            say(f"note: the config's vocab_size={model_cfg.vocab_size} is replaced by the data's "
+                f"{meta['vocab_size']} ({meta['tokenizer']} tokenizer)")
+        model_cfg.vocab_size = meta["vocab_size"]
+    say(f"data: {data_dir} ({meta['tokenizer']}, {meta['train_tokens']:,} train / {meta['val_tokens']:,} val tokens),"
+        f" unigram entropy of the training tokens {data.unigram_entropy():.4f} nats")
+
+    # ---- model, optimizer, state ----
+    ckpt_path = os.path.join(cfg["out_dir"], "ckpt.pt")
+    ckpt = None
+    if cfg["resume"]:
+        if not os.path.exists(ckpt_path):
+            raise SystemExit(f"--resume: no checkpoint at {ckpt_path}; drop --resume to start a new run")
+        ckpt = torch.load(ckpt_path, map_location="cpu", weights_only=True)
+        model_cfg = GPTConfig(**ckpt["model_config"])
+    torch.manual_seed(cfg["seed"])
+    model = build_model(model_cfg)
+    model.init_weights(cfg["seed"])
+    model.to(device)
+    optimizer = make_optimizer(model, cfg, device_type)
+    start_step, best_val = 0, float("inf")
+    if ckpt is not None:
+        model.load_state_dict(ckpt["model"])
+        optimizer.load_state_dict(ckpt["optimizer"])
+        start_step, best_val = ckpt["step"], ckpt["best_val"]
+        torch.set_rng_state(ckpt["rng_cpu"])
+        say(f"resumed {ckpt_path} at step {start_step}")
+    raw_model = model
+    if cfg["compile"]:
+        raw_model.compile_blocks()
+    if ddp:
+        model = DDP(model, device_ids=[local_rank] if device_type == "cuda" else None,
+                    find_unused_parameters=cfg["ddp_find_unused"])
+
+    counts = scaling.count_params(raw_model)
+    T = model_cfg.block_size
+    flops_per_token = scaling.flops_per_token(raw_model, cfg["flops_convention"], T)
+    tokens_per_step = cfg["batch_size"] * T * cfg["grad_accum"]
+    if cfg["flops_budget"] > 0:
+        max_steps = max(1, round(cfg["flops_budget"] / flops_per_token / tokens_per_step))
+    else:
+        max_steps = cfg["max_iters"]
+    # MFU counts the work actually done per token, attention included
+    mfu_flops = scaling.flops_per_token(raw_model, "schwethelm", T)
+    peak = peak_flops(device_type, ptdtype) * world_size
+    say(f"model: {type(raw_model).__name__}, {counts['params_unique']:,} parameters "
+        f"({counts['params_active_nonembed']:,} active non-embedding), {flops_per_token:.3g} FLOPs/token "
+        f"({cfg['flops_convention']})")
+    say(f"training: {max_steps} steps x {tokens_per_step:,} tokens on {world_size} x {device} in {dtype_name}"
+        f"{', compiled' if cfg['compile'] else ''}; peak for MFU {peak:.3g} FLOP/s")
+
+    if master:
+        os.makedirs(cfg["out_dir"], exist_ok=True)
+        with open(os.path.join(cfg["out_dir"], "config.json"), "w") as f:
+            json.dump({"train": cfg, "model": model_cfg.to_dict(), "world_size": world_size, "data": meta}, f,
+                      indent=1)
+        log_path = os.path.join(cfg["out_dir"], "log.jsonl")
+        kept = []
+        if ckpt is not None and os.path.exists(log_path):  # drop log lines the resumed run will write again
+            kept = [line for line in open(log_path) if json.loads(line)["step"] < start_step]
+        with open(log_path, "w") as f:
+            f.writelines(kept)
+
+    def log(record, line):
+        if master:
+            with open(log_path, "a") as f:
+                f.write(json.dumps(record) + "\n")
+            print(line, flush=True)
+
+    def checkpoint(step):
+        if master:
+            save_checkpoint(ckpt_path, {
+                "model": raw_model.state_dict(), "optimizer": optimizer.state_dict(),
+                "model_config": model_cfg.to_dict(), "train_config": cfg, "step": step, "best_val": best_val,
+                "rng_cpu": torch.get_rng_state(),
+                "data_position": {"step": step, "micro_batches_done": step * cfg["grad_accum"]},
+            })
+
+    # ---- the loop ----
+    t_start = time.time()
+    t_last, tokens_since = time.time(), 0
+    train_loss = float("nan")
+    val_loss = float("nan")
+    step = start_step
+    for step in range(start_step, max_steps + 1):
+        last = step == max_steps
+        if step % cfg["eval_interval"] == 0 or last:
+            t_eval = time.time()
+            val_loss = evaluate(raw_model, data, cfg, ctx, device, rank, world_size)
+            best_val = min(best_val, val_loss)
+            log({"step": step, "tokens": step * tokens_per_step, "val_loss": val_loss},
+                f"step {step}/{max_steps} | val loss {val_loss:.4f}")
+            if step > start_step or ckpt is None:
+                checkpoint(step)
+            t_last += time.time() - t_eval  # throughput counts training time only
+        if last:
+            break
+
+        lr = cfg["lr"] * lr_multiplier(step, max_steps, cfg)
+        set_lr(optimizer, lr)
+        loss_sum = torch.zeros((), device=device)
+        aux_sums = {}
+        for micro in range(accum):
+            x, y = data.get_batch(step, micro, rank, world_size, accum, cfg["batch_size"], T, cfg["seed"])
+            x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+            if ddp:  # only the last micro-batch synchronises gradients
+                model.require_backward_grad_sync = micro == accum - 1
+            with ctx:
+                _, loss, aux = model(x, y)
+                objective = loss + sum(aux.values()) if aux else loss
+            (objective / accum).backward()
+            loss_sum += loss.detach() / accum
+            for k, v in aux.items():
+                aux_sums[k] = aux_sums.get(k, 0.0) + v.detach() / accum
+        if cfg["grad_clip"] > 0:
+            grad_norm = torch.nn.utils.clip_grad_norm_(raw_model.parameters(), cfg["grad_clip"])
+        if cfg["wd_independent"] and cfg["weight_decay"] > 0:
+            decay_weights(optimizer, cfg["weight_decay"])
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        raw_model.after_optimizer_step(world_size)
+        tokens_since += tokens_per_step
+
+        if ddp:
+            dist.all_reduce(loss_sum, op=dist.ReduceOp.AVG)
+        train_loss = loss_sum.item()  # one host sync per step, needed for the finiteness check anyway
+        if not math.isfinite(train_loss):
+            say(f"step {step}: the loss is {train_loss}; stopping. The last good checkpoint is {ckpt_path} "
+                "(step {}): lower lr, raise warmup_iters or turn on grad_clip, then --resume".format(
+                    torch.load(ckpt_path, weights_only=True)["step"] if os.path.exists(ckpt_path) else "none"))
+            if ddp:
+                dist.destroy_process_group()
+            raise SystemExit(1)
+        if step % cfg["log_interval"] == 0 or step == max_steps - 1:
+            dt = time.time() - t_last
+            tok_s = tokens_since / dt
+            mfu = tok_s * mfu_flops / peak
+            eta = (max_steps - step - 1) * tokens_per_step / tok_s
+            record = {"step": step, "tokens": (step + 1) * tokens_per_step, "loss": train_loss, "lr": lr,
+                      "tokens_per_s": tok_s, "mfu": mfu}
+            record.update({k: float(v) for k, v in aux_sums.items()})
+            if cfg["grad_clip"] > 0:
+                record["grad_norm"] = grad_norm.item()
+            aux_text = "".join(f" | {k} {float(v):.4f}" for k, v in aux_sums.items())
+            log(record, f"step {step}/{max_steps} | loss {train_loss:.4f}{aux_text} | lr {lr:.2e} | "
+                        f"{tok_s:,.0f} tok/s | mfu {100 * mfu:.1f}% | eta {format_time(eta)}")
+            t_last, tokens_since = time.time(), 0
+
+    wall = time.time() - t_start
+    if master:
+        result = {"val_loss": val_loss, "best_val_loss": best_val, "train_loss": train_loss, "steps": max_steps,
+                  "tokens": max_steps * tokens_per_step, "flops": max_steps * tokens_per_step * flops_per_token,
+                  "flops_convention": cfg["flops_convention"], "wall_s": wall,
+                  "unigram_entropy": data.unigram_entropy(), **counts}
+        with open(os.path.join(cfg["out_dir"], "result.json"), "w") as f:
+            json.dump(result, f, indent=1)
+        say(f"done in {format_time(wall)}: val loss {val_loss:.4f} nats (unigram entropy "
+            f"{data.unigram_entropy():.4f}); run directory {cfg['out_dir']}")
+        if cfg["sample_tokens"] > 0:
+            from data import get_tokenizer
+            tok = get_tokenizer(meta["tokenizer"])
+            prompt = torch.tensor([tok.encode("And the")], device=device)
+            n = min(cfg["sample_tokens"], T - prompt.size(1))
+            g = torch.Generator(device=device).manual_seed(cfg["seed"])
+            raw_model.eval()
+            with ctx:
+                out = raw_model.generate(prompt, n, temperature=0.8, top_k=50, generator=g)
+            say("sample:\n" + tok.decode(out[0].tolist()))
+    if ddp:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
