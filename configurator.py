@@ -115,7 +115,8 @@ def configure(defaults, model_cls=None, argv=None, doc_source=None):
         if arg.startswith("--"):
             if "=" in arg:
                 key, text = arg[2:].split("=", 1)
-                value = _parse_value(text)
+                # a string key takes the text as written (--dtypes=float32,bfloat16 or --compiles=False)
+                value = text if isinstance(known.get(key.replace("-", "_")), str) else _parse_value(text)
             else:  # a bare --flag switches a boolean key on
                 key, value = arg[2:], True
                 if key.replace("-", "_") in known and not isinstance(known[key.replace("-", "_")], bool):
