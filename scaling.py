@@ -1,0 +1,1285 @@
+"""
+Parameter and FLOP accounting (the only place in the project that counts), scaling sweeps, scaling-law fits.
+
+    python scaling.py count config/sparse_looped_moe.py --n_embd=704 --flops_budget=1e18
+    python scaling.py sweep config/sweeps/isoflop_cpu.py [--dry_run]
+    python scaling.py fit out/sweeps/isoflop_cpu/results.jsonl --law=isoflop
+
+Accounting reads the real module: its parameters, its `blocks` and `block_executions()` (how often each block runs
+per token, and how many of those runs are backpropagated). A weight shared across passes is stored once and
+computed at every pass; tied embeddings are stored once. Two FLOP conventions:
+
+- "lee" (Lee et al. 2026, arXiv:2605.09165, §3): C = 6 * N_active * D, where N_active counts every pass of a looped
+  layer, only the active experts of an MoE layer, and both embedding matrices (token embedding and head).
+- "schwethelm" (Schwethelm et al. 2026, arXiv:2604.21106, §3.2 and App. G; nanochat's estimate_flops):
+  6 * (executed non-embedding parameters + head) + 12 * h*q * T per executed layer (the attention matmuls, h*q =
+  n_head*head_dim, T = sequence length); a forward-only run (truncated BPTT) costs 2 per parameter and 4*h*q*T
+  instead of 6 and 12*h*q*T; hyper-connection lane mixing costs 6 * (K^2 + 2K) * d per pass.
+
+A model may define `module_executions()` -> {module name: (forward runs, backward runs)} for modules that do not
+run exactly once per token (input injection, per-pass norms; 0 for per-sequence work; "lm_head" when an objective
+reads out twice). Both methods may take `training` (False: one inference forward pass).
+"""
+import dataclasses
+import inspect
+import itertools
+import json
+import math
+import os
+import sys
+from collections import namedtuple
+
+import numpy as np
+import scipy.optimize
+import torch
+
+# -----------------------------------------------------------------------------------------------------------------
+# accounting
+
+# One group of parameters that runs together: kind is embed | head | block | other; stored = parameters this unit
+# adds to storage; active = parameters one run computes with; fwd/bwd = runs per token (bwd: runs backpropagated);
+# attn_width = n_head*head_dim of a block's attention (0 for other units).
+Unit = namedtuple("Unit", "name kind stored active fwd bwd attn_width")
+
+
+def _ffn_active_adjustment(block):
+    """Active minus stored parameters of a block's FFN: negative for an MoE layer (only top_k experts run)."""
+    counts = getattr(getattr(block, "ffn", None), "param_counts", None)
+    if counts is None:
+        return 0
+    return counts()["active"] - sum(p.numel() for p in block.ffn.parameters())
+
+
+def _runs(method, training):
+    """Call block_executions / module_executions with training= when the model's version takes it."""
+    if "training" in inspect.signature(method).parameters:
+        return method(training=training)
+    return method()
+
+
+def compute_units(model, training=True):
+    """The model as accounting units: embeddings, modules declared by module_executions(), blocks, every other
+    child module, the head. The stored counts sum to the model's parameters (asserted). training=False: the runs of
+    one inference forward pass (no extra passes of a training objective)."""
+    cfg = model.config
+    seen = set()
+
+    def new_params(module):  # parameters not yet counted: a tensor shared between modules is stored once
+        n = 0
+        for p in module.parameters():
+            if id(p) not in seen:
+                seen.add(id(p))
+                n += p.numel()
+        return n
+
+    units = []
+    for name in ("wte", "wpe"):
+        m = getattr(model, name, None)
+        if m is not None:
+            n = new_params(m)
+            units.append(Unit(name, "embed", n, n, 1, 1, 0))
+
+    # modules whose runs per token the model declares (deepest names first, so a submodule can differ from its
+    # parent; a submodule of a block, like a per-sequence modulator, leaves the block's count)
+    declared = dict(_runs(model.module_executions, training)) if hasattr(model, "module_executions") else {}
+    head_runs = declared.pop("lm_head", (1, 1))
+    modules = dict(model.named_modules())
+    for name in sorted(declared, key=lambda n: -n.count(".")):
+        if name not in modules:
+            raise ValueError(f"module_executions() names '{name}', which is not a module of the model")
+        f, b = declared[name]
+        n = new_params(modules[name])
+        units.append(Unit(name, "other", n, n, f, b, 0))
+    declared_ids = set(seen)
+
+    # blocks: a module listed twice in `blocks` is one module that runs at both places
+    executions = _runs(model.block_executions, training)
+    if len(executions) != len(model.blocks):
+        raise ValueError(f"block_executions() has {len(executions)} entries for {len(model.blocks)} blocks")
+    runs = {}
+    for i, (block, (f, b)) in enumerate(zip(model.blocks, executions)):
+        name, fwd, bwd = runs.get(id(block), (f"blocks.{i}", 0, 0))
+        runs[id(block)] = (name, fwd + f, bwd + b)
+    for block in model.blocks:
+        if id(block) not in runs:
+            continue
+        name, fwd, bwd = runs.pop(id(block))
+        attn = getattr(block, "attn", None)
+        attn_width = attn.n_head * attn.head_dim if attn is not None else cfg.n_head * cfg.head_dim
+        active = sum(p.numel() for p in block.parameters() if id(p) not in declared_ids)
+        active += _ffn_active_adjustment(block)
+        units.append(Unit(name, "block", new_params(block), active, fwd, bwd, attn_width))
+
+    head = model.lm_head
+    for name, m in model.named_children():
+        if m is not head and name != "blocks":
+            n = new_params(m)
+            if n:
+                units.append(Unit(name, "other", n, n, 1, 1, 0))
+    root = [p for p in model.parameters(recurse=False) if id(p) not in seen]
+    if root:  # parameters owned by the model itself: assumed to run once
+        seen.update(id(p) for p in root)
+        units.append(Unit("(model)", "other", sum(p.numel() for p in root), sum(p.numel() for p in root), 1, 1, 0))
+    # the head computes with V*d parameters even when its weight is the (already stored) token embedding
+    units.append(Unit("lm_head", "head", new_params(head), head.weight.numel(), *head_runs, 0))
+
+    assert sum(u.stored for u in units) == sum(p.numel() for p in model.parameters()), "accounting missed params"
+    return units
+
+
+def count_params(model):
+    """Parameter counts of one forward pass (see the module docstring). params_active counts every run of a module
+    (Lee et al.'s N_active); params_once/rec_nonembed split the unique non-embedding parameters into those run once
+    per token and those of modules run more than once (Schwethelm et al. 2026, arXiv:2604.21106, eq. 4: N_once,
+    N_rec); for a model without loops everything is "once"."""
+    units = compute_units(model, training=False)
+    embed = [u for u in units if u.kind in ("embed", "head")]
+    body = [u for u in units if u.kind not in ("embed", "head")]
+    c = dict(
+        params_unique=sum(u.stored for u in units),
+        params_active=sum(u.active * u.fwd for u in units),
+        params_unique_nonembed=sum(u.stored for u in body),
+        params_active_nonembed=sum(u.active * u.fwd for u in body),
+        params_once_nonembed=sum(u.stored for u in body if u.fwd <= 1),
+        params_rec_nonembed=sum(u.stored for u in body if u.fwd > 1),
+        params_embed=sum(u.stored for u in embed),
+    )
+    # the parts sum to the whole (nanochat's habit)
+    assert c["params_unique"] == c["params_unique_nonembed"] + c["params_embed"]
+    assert c["params_unique_nonembed"] == c["params_once_nonembed"] + c["params_rec_nonembed"]
+    assert c["params_active"] == c["params_active_nonembed"] + sum(u.active * u.fwd for u in embed)
+    return c
+
+
+def hyperconnection_flops(model, train=True):
+    """Lane mixing of hyper-connections at loop boundaries: (K^2 + 2K) * d multiply-adds per pass and token, i.e.
+    6 * n_loop * (K^2 + 2K) * d training FLOPs (Schwethelm et al. 2026, arXiv:2604.21106, App. G.1); passes without
+    backward (truncated BPTT) cost 2 instead of 6."""
+    cfg = model.config
+    K = getattr(cfg, "hc_lanes", 0)
+    if not K:
+        return 0.0
+    shared = [u for u in compute_units(model, train) if u.kind == "block" and u.fwd > 1]
+    fwd, bwd = (shared[0].fwd, shared[0].bwd) if shared else (1, 1)  # the passes of the shared block
+    return float((2 * fwd + (4 * bwd if train else 0)) * (K * K + 2 * K) * cfg.n_embd)
+
+
+CONVENTIONS = ("lee", "schwethelm")
+
+
+def flops_per_token(model, convention="lee", seq_len=None):
+    """Training FLOPs per token under a convention (module docstring). seq_len: attention context T for
+    "schwethelm" (default: block_size)."""
+    if convention == "lee":  # Lee et al. 2026, arXiv:2605.09165, §3: C = 6 N_active D (extra passes of a training
+        # objective, e.g. LoopFormer's shortcut, count; truncated BPTT does not: the convention knows no backward)
+        return 6.0 * sum(u.active * u.fwd for u in compute_units(model, training=True))
+    if convention != "schwethelm":
+        raise ValueError(f"unknown FLOP convention {convention!r}: use one of {CONVENTIONS}")
+    T = seq_len or model.config.block_size
+    total = hyperconnection_flops(model)
+    for u in compute_units(model):
+        if u.kind == "embed":  # a lookup, no matmul
+            continue
+        # forward 2 FLOPs per parameter, backward 4 more (input and weight gradients); attention QK^T and AV
+        # are 2 matmuls of 2*h*q*T FLOPs per token forward, twice that backward (Schwethelm et al., App. G eq. 8)
+        total += (2 * u.fwd + 4 * u.bwd) * u.active + (4 * u.fwd + 8 * u.bwd) * u.attn_width * T
+    return float(total)
+
+
+def forward_flops_per_token(model, seq_len=None):
+    """Matmul FLOPs of one forward pass per token (inference, MFU): 2 per executed non-embedding parameter
+    (head included) plus 4*h*q*T attention per executed layer, T = seq_len (default block_size) counted as a full
+    T x T square (as Schwethelm et al. and FlopCounterMode do; for decoding pass the mean context instead)."""
+    T = seq_len or model.config.block_size
+    total = hyperconnection_flops(model, train=False)
+    for u in compute_units(model, training=False):
+        if u.kind != "embed":
+            total += u.fwd * (2 * u.active + 4 * u.attn_width * T)
+    return float(total)
+
+
+def tokens_for_budget(flops_budget, model, convention="lee", seq_len=None):
+    """D = C / (training FLOPs per token)."""
+    return flops_budget / flops_per_token(model, convention, seq_len)
+
+
+def cli_arg(key, value):
+    """--key=value as the configurator reads it (strings raw, everything else as a Python literal)."""
+    return f"--{key}={value}" if isinstance(value, str) else f"--{key}={value!r}"
+
+
+def model_on_meta(model_cfg):
+    """Build a model without allocating its weights (paper-scale models cost nothing)."""
+    from loop import build_model
+    with torch.device("meta"):
+        return build_model(model_cfg)
+
+
+def accounting(model, convention="lee", flops_budget=0.0, seq_len=None):
+    """Everything `scaling.py count` prints, as a dict."""
+    out = count_params(model)
+    out["flops_convention"] = convention
+    out["flops_per_token"] = flops_per_token(model, convention, seq_len)
+    for conv in CONVENTIONS:
+        out[f"flops_per_token_{conv}"] = flops_per_token(model, conv, seq_len)
+    out["forward_flops_per_token"] = forward_flops_per_token(model, seq_len)
+    if flops_budget > 0:
+        out["flops_budget"] = flops_budget
+        out["tokens"] = flops_budget / out["flops_per_token"]
+    return out
+
+
+# -----------------------------------------------------------------------------------------------------------------
+# sweeps: plan a grid, run train.py for each point, one row per finished run in results.jsonl, resumable
+#
+# A sweep spec (config/sweeps/*.py) is a plain Python file that sets:
+#   name            the sweep; its directory is out/sweeps/<name> unless out_dir is set (specs that share out_dir
+#                   share results.jsonl: the probes of a study reuse its baseline runs)
+#   archs           {arch name: [config files]} or {arch name: dict(configs=[...], overrides={key: value})}
+#   budgets         training FLOPs per run (train.py --flops_budget; [0] or absent: its max_iters)
+#   widths          [n_embd ...] or {budget: [n_embd ...]};  lrs, seeds: lists;  variants: {name: overrides}
+#   common          keys given to every run (train.py's or GPTConfig's)
+#   runner          the command before the config files (default: python train.py; e.g. torchrun ... train.py)
+#   parallel, devices   runs at once, and the CUDA_VISIBLE_DEVICES of each slot
+#   env             environment variables of the runs (CPU specs: OMP_NUM_THREADS=1, one core per run)
+#   flops_per_second    first guess of the throughput for the time estimate (later: measured on finished runs)
+#   lr_for(tokens, model_config, train_config)   optional: the LR of a run from its planned tokens (HyperP)
+#   points()        optional, instead of the grid keys: dicts with name, arch, configs, overrides, flops_budget,
+#                   fields (extra columns for results.jsonl)
+
+TOKENIZER_VOCAB = {"byte": 257, "gpt2": 50257}  # train.py replaces vocab_size by the data's (data.py)
+ROW_FIELDS = ("arch", "n_embd", "n_layer", "n_loop", "lr", "flops_budget", "seed")
+
+Point = namedtuple("Point", "name arch configs overrides flops_budget fields")
+
+
+def load_spec(path):
+    """A sweep spec's variables, as a dict."""
+    import runpy
+    if not os.path.exists(path):
+        raise SystemExit(f"no sweep spec at {path}; the specs live in config/sweeps/")
+    spec = {k: v for k, v in runpy.run_path(path).items() if not k.startswith("_")}
+    spec.setdefault("name", os.path.splitext(os.path.basename(path))[0])
+    return spec
+
+
+def grid_points(spec):
+    """The spec's points: its own `points()` if it defines one, else archs x variants x budgets x widths x lrs x
+    seeds."""
+    if callable(spec.get("points")):
+        points = [Point(p["name"], p["arch"], list(p.get("configs", [])), dict(p.get("overrides", {})),
+                        float(p.get("flops_budget", 0.0)), dict(p.get("fields", {}))) for p in spec["points"]()]
+    else:
+        points = []
+        for arch, arch_spec in spec["archs"].items():
+            configs, arch_over = (arch_spec, {}) if isinstance(arch_spec, (list, tuple)) else (
+                arch_spec["configs"], arch_spec.get("overrides", {}))
+            for (variant, var_over), C in itertools.product(spec.get("variants", {"": {}}).items(),
+                                                            spec.get("budgets", [0.0])):
+                widths = spec["widths"][C] if isinstance(spec.get("widths"), dict) else spec.get("widths", [None])
+                for d, lr, seed in itertools.product(widths, spec.get("lrs", [None]), spec.get("seeds", [None])):
+                    over = dict(arch_over, **var_over)
+                    over.update({k: v for k, v in (("n_embd", d), ("lr", lr), ("seed", seed)) if v is not None})
+                    parts = (arch, variant, f"C{C:.3g}" if C else "", f"d{d}" if d else "",
+                             f"lr{lr:.3g}" if lr else "", f"s{seed}" if seed is not None else "")
+                    points.append(Point("_".join(x for x in parts if x).replace("+", ""), arch, list(configs), over,
+                                        float(C), {"variant": variant} if variant else {}))
+    names = [p.name for p in points]
+    if len(set(names)) != len(names):
+        raise SystemExit("two sweep points share a name; give variants distinct names")
+    return points
+
+
+def train_defaults():
+    """train.py's own keys and defaults, read from its source: the planner parses a point exactly as train.py will
+    (and stops on a bad key before any run starts) without importing it."""
+    import ast
+    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "train.py")) as f:
+        tree = ast.parse(f.read())
+    out = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            try:
+                out[node.targets[0].id] = ast.literal_eval(node.value)
+            except ValueError:
+                pass
+    return out
+
+
+def point_settings(spec, point):
+    """(train.py's config dict, GPTConfig) of a point: its config files, then the spec's common keys, then the
+    point's overrides, parsed as train.py parses them. The vocabulary follows the tokenizer, as in train.py."""
+    from configurator import configure
+    from model import GPTConfig
+    argv = list(point.configs) + [cli_arg(k, v) for k, v in {**spec.get("common", {}), **point.overrides}.items()]
+    train, model_cfg = configure(train_defaults(), GPTConfig, argv, doc_source=__file__)
+    vocab = TOKENIZER_VOCAB.get(train["tokenizer"])
+    if vocab is not None and model_cfg.vocab_size != vocab:
+        model_cfg = dataclasses.replace(model_cfg, vocab_size=vocab)
+    return train, model_cfg
+
+
+def plan(spec):
+    """Every point with its accounting: parameters, FLOPs per token, steps and tokens as train.py will compute
+    them (steps = round(C / (F * tokens per step)), at least 1)."""
+    rows = []
+    for p in grid_points(spec):
+        train, model_cfg = point_settings(spec, p)
+        model = model_on_meta(model_cfg)
+        F = flops_per_token(model, train["flops_convention"], model_cfg.block_size)
+        per_step = train["batch_size"] * model_cfg.block_size * train["grad_accum"]
+        steps = max(1, round(p.flops_budget / F / per_step)) if p.flops_budget > 0 else train["max_iters"]
+        if callable(spec.get("lr_for")):  # an LR that depends on the run's tokens (HyperP's data correction)
+            p.overrides["lr"] = train["lr"] = float(spec["lr_for"](steps * per_step, model_cfg, train))
+        rows.append(dict(point=p, model=model_cfg, train=train, steps=steps, tokens=steps * per_step,
+                         flops_per_token=F, work=steps * per_step * flops_per_token(model, "schwethelm"),
+                         **count_params(model)))
+    return rows
+
+
+def git_revision(repo):
+    import subprocess
+    try:
+        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=repo, capture_output=True, text=True,
+                             check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=repo,
+                               capture_output=True, text=True).stdout.strip()
+        return rev + ("+dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def sweep_dir(spec):
+    return spec.get("out_dir") or os.path.join("out", "sweeps", spec["name"])
+
+
+def done_points(results_path, retry_failed=False):
+    """Names of the points that already have a row (failed ones too, unless retry_failed)."""
+    if not os.path.exists(results_path):
+        return set()
+    return {r["point"] for r in read_results(results_path) if r.get("status") == "ok" or not retry_failed}
+
+
+def point_row(planned, run_dir, status, rc, revision, command):
+    """One tidy row: the point's fields, the accounting, train.py's result.json, the config and the revision."""
+    p = planned["point"]
+    row = dict(point=p.name, status=status, rc=rc, **{k: None for k in ROW_FIELDS})
+    row.update({k: getattr(planned["model"], k) for k in ("n_embd", "n_layer", "n_loop")})
+    row.update(arch=p.arch, lr=planned["train"].get("lr"), flops_budget=p.flops_budget,
+               seed=planned["train"].get("seed"), **p.fields)
+    row.update({k: v for k, v in planned.items() if k.startswith("params_")})
+    row.update(planned_tokens=planned["tokens"], flops_per_token=planned["flops_per_token"], val_loss=None)
+    result_path = os.path.join(run_dir, "result.json")
+    if os.path.exists(result_path):
+        with open(result_path) as f:
+            row.update(json.load(f))
+        if row.get("tokens"):
+            row["flops_per_token"] = row.get("flops", 0) / row["tokens"] or row["flops_per_token"]
+    config_path = os.path.join(run_dir, "config.json")
+    if os.path.exists(config_path):
+        with open(config_path) as f:
+            row["config"] = json.load(f)
+    row.update(git_rev=revision, command=command)
+    return row
+
+
+def print_plan(planned, spec, done, rate, rate_source):
+    print(f"sweep {spec['name']}: {len(planned)} points ({len(done)} done) -> {sweep_dir(spec)}")
+    print(f"{'point':<44} {'params':>9} {'active':>9} {'FLOPs/tok':>9} {'steps':>7} {'tokens':>9} {'est':>7}")
+    total_flops = total_s = 0.0
+    for q in planned:
+        est = q["work"] / rate
+        mark = " done" if q["point"].name in done else ""
+        print(f"{q['point'].name:<44} {q['params_unique']:>9.3g} {q['params_active']:>9.3g} "
+              f"{q['flops_per_token']:>9.3g} {q['steps']:>7d} {q['tokens']:>9.3g} {_hms(est):>7}{mark}")
+        total_flops += q["tokens"] * q["flops_per_token"]
+        total_s += 0 if mark else est
+    print(f"total {total_flops:.3g} FLOPs ({planned[0]['train']['flops_convention']} convention); estimated "
+          f"{_hms(total_s)} to go at {rate:.3g} FLOP/s ({rate_source})")
+
+
+def _hms(seconds):
+    seconds = int(seconds)
+    if seconds >= 3600:
+        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+    return f"{seconds // 60}m{seconds % 60:02d}s"
+
+
+def run_sweep(spec, dry_run=False, only="", retry_failed=False, limit=0, parallel=0):
+    """Plan, print, then run every point not yet done (one at a time, or `parallel` at once), appending a row to
+    results.jsonl after each. A point killed midway is resumed (--resume) the next time; a point whose run failed
+    (non-zero exit: divergence, a bug) gets a row with status 'failed' and is not retried unless retry_failed."""
+    import subprocess
+    import time
+    root = os.path.dirname(os.path.abspath(__file__))
+    out = sweep_dir(spec)
+    results = os.path.join(out, "results.jsonl")
+    planned = [q for q in plan(spec) if only in q["point"].name]
+    done = done_points(results, retry_failed)
+    rows = read_results(results) if os.path.exists(results) else []
+    measured = [r["tokens"] * r["flops_per_token_schwethelm"] / r["process_s"] for r in rows
+                if r.get("status") == "ok" and r.get("process_s") and r.get("flops_per_token_schwethelm")]
+    rate, source = ((float(np.median(measured)), f"measured on {len(measured)} finished runs") if measured else
+                    (float(spec.get("flops_per_second", 5e9)), "the spec's flops_per_second guess"))
+    print_plan(planned, spec, done, rate, source)
+    todo = [q for q in planned if q["point"].name not in done][:limit or None]
+    if dry_run or not todo:
+        return planned
+    os.makedirs(out, exist_ok=True)
+    revision = git_revision(root)
+    runner = list(spec.get("runner", [sys.executable, "train.py"]))
+    slots = max(1, parallel or spec.get("parallel", 1))
+    devices = spec.get("devices")  # e.g. ["0", "1", ...]: CUDA_VISIBLE_DEVICES of each parallel slot
+    running = {}  # slot -> (planned, process, started, run_dir, command)
+    queue = list(todo)
+    t_start, finished = time.time(), 0
+
+    def launch(slot, q):
+        p = q["point"]
+        run_dir = os.path.join(out, p.name)
+        os.makedirs(run_dir, exist_ok=True)
+        if os.path.exists(os.path.join(run_dir, "result.json")):  # finished, but the sweep died before its row
+            return run_dir, None, ""
+        args = [cli_arg(k, v) for k, v in {**spec.get("common", {}), **p.overrides}.items()]
+        cmd = runner + p.configs + args + [f"--out_dir={run_dir}"]
+        if p.flops_budget > 0:
+            cmd.append(f"--flops_budget={p.flops_budget!r}")
+        if os.path.exists(os.path.join(run_dir, "ckpt.pt")):
+            cmd.append("--resume")
+        env = dict(os.environ, **spec.get("env", {}))
+        if devices:
+            env["CUDA_VISIBLE_DEVICES"] = devices[slot % len(devices)]
+        log = open(os.path.join(run_dir, "train.log"), "a")
+        print(f"[{p.name}] {' '.join(cmd)}", flush=True)
+        return run_dir, subprocess.Popen(cmd, cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT), " ".join(cmd)
+
+    def finish(q, run_dir, rc, started, command):
+        nonlocal finished
+        if rc is not None and rc < 0:  # killed by a signal: an interruption, not a result
+            raise SystemExit(f"[{q['point'].name}] was killed (signal {-rc}); run the same command to resume")
+        status = "ok" if os.path.exists(os.path.join(run_dir, "result.json")) else "failed"
+        row = point_row(q, run_dir, status, rc, revision, command)
+        row.update(flops_per_token_schwethelm=q["work"] / q["tokens"],
+                   process_s=time.time() - started if rc is not None else None)  # train.py's start-up included
+        with open(results, "a") as f:
+            f.write(json.dumps(row) + "\n")
+        finished += 1
+        left = len(todo) - finished
+        eta = (time.time() - t_start) / finished * left
+        print(f"[{q['point'].name}] {status}: val_loss {row.get('val_loss')} | {finished}/{len(todo)} done, "
+              f"{left} left, eta {_hms(eta)}", flush=True)
+
+    try:
+        while queue or running:
+            for slot in range(slots):
+                if slot not in running and queue:
+                    q = queue.pop(0)
+                    run_dir, proc, command = launch(slot, q)
+                    if proc is None:
+                        finish(q, run_dir, None, time.time(), command)
+                    else:
+                        running[slot] = (q, proc, time.time(), run_dir, command)
+            for slot, (q, proc, started, run_dir, command) in list(running.items()):
+                if proc.poll() is not None:
+                    del running[slot]
+                    finish(q, run_dir, proc.returncode, started, command)
+            if running:
+                time.sleep(0.05 if slots == 1 else 1.0)
+    finally:
+        for q, proc, *_ in running.values():  # the sweep itself was stopped: stop its runs (they resume later)
+            proc.terminate()
+    return planned
+
+
+SWEEP_KEYS = dict(
+    dry_run=False,  # print the plan (points, FLOPs, estimated time) and stop
+    only="",  # run only the points whose name contains this
+    retry_failed=False,  # run points whose earlier run failed again
+    limit=0,  # run at most this many points now (0 = all)
+    parallel=0,  # runs at once (0 = the spec's `parallel`, default 1)
+    out_dir="",  # the sweep directory instead of the spec's (e.g. a scratch directory for a trial)
+)
+
+
+def main_sweep(argv):
+    from configurator import configure
+    specs = [a for a in argv if not a.startswith("--")]
+    if len(specs) != 1:
+        raise SystemExit("usage: python scaling.py sweep config/sweeps/<spec>.py [--dry_run] [--key=value]")
+    cfg, _ = configure(SWEEP_KEYS, None, [a for a in argv if a not in specs], doc_source=__file__)
+    spec = load_spec(specs[0])
+    out_dir = cfg.pop("out_dir")
+    if out_dir:
+        spec["out_dir"] = out_dir
+    return run_sweep(spec, **cfg)
+
+
+# -----------------------------------------------------------------------------------------------------------------
+# scaling-law fits (numpy/scipy only)
+#
+# Parametric laws are fitted as in Schwethelm et al. 2026 (arXiv:2604.21106, §4.2 and App. F), after Hoffmann et
+# al. 2022 / Besiroglu et al. 2024: parameters theta = (a, alpha, b, beta, e, phi) with A = e^a, B = e^b, E = e^e,
+#     L = E + A N_eff^-alpha + B D^-beta,   N_eff = N_once + r^phi N_rec
+# minimising sum_i Huber_delta( LSE(a - alpha ln N_eff_i, b - beta ln D_i, e) - ln L_i ), delta = 1e-3, over the box
+# below, best of many random starts drawn uniformly in the box. The Chinchilla law is the same with N_rec = 0.
+# All starts run at once as one numpy batch (projected BFGS with analytic gradients); the best few are then polished
+# with scipy's L-BFGS-B, the paper's optimizer. That keeps 500 starts x 200 bootstrap refits to minutes.
+
+PARAMS = ("a", "alpha", "b", "beta", "e", "phi")
+BOX = np.array([[-5, 35], [0, 2.5], [-5, 35], [0, 2.5], [-3, 2], [-3, 3]], dtype=float)  # Schwethelm App. F
+HUBER_DELTA = 1e-3
+
+
+_BLAS_QUIET = False
+
+
+def one_blas_thread():
+    """Give OpenBLAS (numpy's and scipy's) one thread. The fits make many tiny LAPACK calls (L-BFGS-B, polyfit),
+    and waking BLAS threads for each made them 30x slower on a busy machine. threadpoolctl does this in general;
+    this is its OpenBLAS-on-Linux part, and a no-op elsewhere."""
+    global _BLAS_QUIET
+    if _BLAS_QUIET:
+        return
+    _BLAS_QUIET = True
+    import ctypes
+    try:
+        with open("/proc/self/maps") as f:
+            paths = {line.split()[-1] for line in f if "openblas" in line.lower() and ".so" in line}
+        for path in paths:
+            lib = ctypes.CDLL(path)
+            for name in ("scipy_openblas_set_num_threads", "scipy_openblas_set_num_threads64_",
+                         "openblas_set_num_threads"):
+                if hasattr(lib, name):
+                    getattr(lib, name)(1)
+                    break
+    except OSError:
+        pass
+
+
+def law_data(N_once, N_rec, r, D, L):
+    """The arrays a parametric fit needs, as float64."""
+    N_once, N_rec, r, D, L = (np.asarray(v, dtype=np.float64) for v in (N_once, N_rec, r, D, L))
+    return dict(N_once=N_once, N_rec=N_rec, ln_r=np.log(r), ln_D=np.log(D), ln_L=np.log(L), L=L)
+
+
+def law_predict(theta, data):
+    """Predicted loss (n,) for one parameter vector (6,)."""
+    a, alpha, b, beta, e, phi = theta
+    n_eff = data["N_once"] + np.exp(phi * data["ln_r"]) * data["N_rec"]
+    return np.exp(a - alpha * np.log(n_eff)) + np.exp(b - beta * data["ln_D"]) + np.exp(e)
+
+
+def law_objective(theta, data, delta=HUBER_DELTA):
+    """Huber objective (R,) and gradient (R, 6) for R parameter vectors theta (R, 6) at once."""
+    a, alpha, b, beta, e, phi = (theta[:, i:i + 1] for i in range(6))  # each (R, 1)
+    looped = data["N_rec"].any()
+    if looped:
+        r_phi = np.exp(phi * data["ln_r"])  # (R, n)
+        n_eff = data["N_once"] + r_phi * data["N_rec"]
+        ln_n = np.log(n_eff)
+    else:
+        ln_n = np.log(data["N_once"])
+    t1, t2 = a - alpha * ln_n, b - beta * data["ln_D"]  # the log-sum-exp of t1, t2, e is ln(predicted loss)
+    top = np.maximum(np.maximum(t1, t2), e)
+    w1, w2, w3 = np.exp(t1 - top), np.exp(t2 - top), np.exp(e - top)
+    total = w1 + w2 + w3
+    res = top + np.log(total) - data["ln_L"]
+    w1, w2, w3 = w1 / total, w2 / total, w3 / total  # d lse / d t
+    abs_res = np.abs(res)
+    f = np.where(abs_res <= delta, 0.5 * res * res, delta * (abs_res - 0.5 * delta)).sum(1)
+    h = np.clip(res, -delta, delta)  # Huber'(res)
+    hw1, hw2 = h * w1, h * w2
+    g = np.empty_like(theta)
+    g[:, 0], g[:, 1] = hw1.sum(1), -(hw1 * ln_n).sum(1)
+    g[:, 2], g[:, 3] = hw2.sum(1), -(hw2 * data["ln_D"]).sum(1)
+    g[:, 4] = (h * w3).sum(1)
+    g[:, 5] = -(hw1 * alpha * (r_phi * data["ln_r"] * data["N_rec"] / n_eff)).sum(1) if looped else 0.0
+    return f, g
+
+
+def minimize_batch(fun, x0, lo, hi, max_iter=300, ftol=1e-12, gtol=1e-9):
+    """Projected BFGS from many starts at once. fun(X (R, P)) -> (f (R,), g (R, P)); lo == hi freezes a
+    coordinate. Returns (x, f) per start."""
+    R, P = x0.shape
+    x = np.clip(x0, lo, hi)
+    f, g = fun(x)
+    H = np.tile(np.eye(P), (R, 1, 1))
+    fresh = np.ones(R, dtype=bool)  # H is still the identity
+    running = np.arange(R)
+    for _ in range(max_iter):
+        if running.size == 0:
+            break
+        xr, fr, gr, Hr = x[running], f[running], g[running], H[running]
+        held = (lo == hi) | ((xr <= lo) & (gr > 0)) | ((xr >= hi) & (gr < 0))  # bound-active coordinates
+        gf = np.where(held, 0.0, gr)
+        d = -np.einsum("rij,rj->ri", Hr, gf)
+        d[held] = 0.0
+        uphill = (d * gf).sum(1) >= 0
+        d[uphill], Hr[uphill], fresh[running[uphill]] = -gf[uphill], np.eye(P), True
+        # a steepest-descent step moves no coordinate by more than 1 at first
+        first = fresh[running]
+        d[first] /= np.maximum(1.0, np.abs(d[first]).max(1, keepdims=True))
+        # Armijo backtracking along the projected path: the full step first, then for the starts it fails all of
+        # 1/2 ... 1/64 in one batched call, then 2^-7 ... 2^-20 (few calls: the Python overhead per call dominates)
+        x_new, f_new, g_new = xr.copy(), fr.copy(), gr.copy()
+        todo = np.arange(len(running))
+        for steps in (np.ones(1), 0.5 ** np.arange(1, 7), 0.5 ** np.arange(7, 21)):
+            trial = np.clip(xr[todo, None] + steps[None, :, None] * d[todo, None], lo, hi)  # (t, steps, P)
+            ft, gt = fun(trial.reshape(-1, P))
+            ft, gt = ft.reshape(len(todo), -1), gt.reshape(len(todo), len(steps), P)
+            ok = ft <= fr[todo, None] + 1e-4 * ((trial - xr[todo, None]) * gr[todo, None]).sum(2)
+            hit = ok.any(1)
+            k = ok.argmax(1)[hit]  # the largest acceptable step
+            done = todo[hit]
+            x_new[done], f_new[done], g_new[done] = trial[hit, k], ft[hit, k], gt[hit, k]
+            todo = todo[~hit]
+            if todo.size == 0:
+                break
+        s, y = x_new - xr, g_new - gr
+        sy = (s * y).sum(1)
+        upd = sy > 1e-16
+        if upd.any():  # inverse-Hessian BFGS update, the first one from H = (s.y / y.y) I (Nocedal & Wright 6.20)
+            scale = (first & upd)[upd]
+            Hr[np.flatnonzero(upd)[scale]] = (sy[upd][scale] / (y[upd][scale] ** 2).sum(1))[:, None, None] * np.eye(P)
+            fresh[running[upd]] = False
+            rho = 1.0 / sy[upd]
+            V = np.eye(P) - rho[:, None, None] * np.einsum("ri,rj->rij", s[upd], y[upd])
+            Hr[upd] = (np.einsum("rij,rjk,rlk->ril", V, Hr[upd], V)
+                       + rho[:, None, None] * np.einsum("ri,rj->rij", s[upd], s[upd]))
+        x[running], f[running], g[running], H[running] = x_new, f_new, g_new, Hr
+        proj_grad = np.abs(np.clip(x_new - g_new, lo, hi) - x_new).max(1)
+        stalled = (fr - f_new) <= ftol * np.maximum(np.maximum(np.abs(fr), np.abs(f_new)), 1.0)
+        running = running[~((proj_grad < gtol) | stalled)]  # a failed line search leaves f unchanged: stalled
+    return x, f
+
+
+def fit_law(data, restarts=500, fixed=None, seed=0, polish=2, box=BOX, extra_start=None):
+    """Best-of-`restarts` Huber fit of the joint law. fixed: {"phi": 0.0, ...} holds parameters at a value;
+    extra_start: one more starting point (the bootstrap adds the full-data estimate).
+    Returns dict(theta (6,), objective, r2, ...) with named parameters."""
+    one_blas_thread()
+    lo, hi = box[:, 0].copy(), box[:, 1].copy()
+    for name, value in (fixed or {}).items():
+        lo[PARAMS.index(name)] = hi[PARAMS.index(name)] = value
+    rng = np.random.default_rng(seed)
+    x0 = lo + rng.random((restarts, len(PARAMS))) * (hi - lo)
+    if extra_start is not None:
+        x0 = np.vstack([x0, extra_start])
+    scale = 1.0 / HUBER_DELTA  # well-conditioned objective values (about sum |res|) for the tolerances
+
+    def batch(X):
+        f, g = law_objective(X, data)
+        return f * scale, g * scale
+
+    x, f = minimize_batch(batch, x0, lo, hi)
+    best = None
+    for i in np.argsort(f)[:polish]:  # polish the best starts with the paper's optimizer
+        r = scipy.optimize.minimize(lambda t: tuple(v[0] for v in batch(t[None])), x[i], jac=True,
+                                    method="L-BFGS-B", bounds=list(zip(lo, hi)),
+                                    options=dict(maxiter=10000, ftol=1e-13, gtol=1e-10))
+        if best is None or r.fun < best[1]:
+            best = (r.x, r.fun)
+    theta = best[0]
+    pred = law_predict(theta, data)
+    res = data["L"] - pred
+    out = {name: float(v) for name, v in zip(PARAMS, theta)}
+    out.update(A=math.exp(theta[0]), B=math.exp(theta[2]), E=math.exp(theta[4]), theta=theta.tolist(),
+               huber=float(best[1] / scale), n=int(len(pred)),
+               r2=float(1 - (res ** 2).sum() / ((data["L"] - data["L"].mean()) ** 2).sum()),
+               rmse=float(np.sqrt((res ** 2).mean())), max_abs_residual=float(np.abs(res).max()),
+               a_D=float(theta[3] / (theta[1] + theta[3])) if theta[1] + theta[3] > 0 else float("nan"))
+    return out
+
+
+def bootstrap_law(data_rows, cells, n_boot, restarts, seed=0, workers=1, fixed=None, start=None):
+    """Block bootstrap (Schwethelm et al. App. F.2): resample the cells (lists of row indices) with replacement,
+    refit each time (random starts plus `start`, the full-data estimate); returns the fits' parameters
+    (n_boot, 6)."""
+    rng = np.random.default_rng(seed)
+    jobs = []
+    for i in range(n_boot):
+        pick = rng.integers(0, len(cells), len(cells))
+        idx = np.concatenate([cells[j] for j in pick])
+        jobs.append(({k: v[idx] if isinstance(v, np.ndarray) else v for k, v in data_rows.items()},
+                     restarts, fixed, seed + 1 + i, start))
+    if workers > 1:
+        from concurrent.futures import ProcessPoolExecutor
+        with ProcessPoolExecutor(workers) as pool:
+            thetas = list(_progress(pool.map(_refit, jobs), n_boot, "bootstrap refits"))
+    else:
+        thetas = list(_progress(map(_refit, jobs), n_boot, "bootstrap refits"))
+    return np.array(thetas)
+
+
+def _progress(items, total, label):
+    """Pass items through, printing a status line with the rate and ETA every tenth of the way (to stderr)."""
+    import time
+    start = time.time()
+    for i, item in enumerate(items, 1):
+        if i == total or i % max(1, total // 10) == 0:
+            spent = time.time() - start
+            print(f"{label}: {i}/{total} in {spent:.0f}s, eta {spent / i * (total - i):.0f}s", file=sys.stderr,
+                  flush=True)
+        yield item
+
+
+def _refit(job):
+    data, restarts, fixed, seed, start = job
+    return fit_law(data, restarts, fixed, seed, extra_start=start)["theta"]
+
+
+def interval(values, level=0.95):
+    lo, hi = np.percentile(values, [50 * (1 - level), 50 * (1 + level)])
+    return [float(lo), float(hi)]
+
+
+# ---- results and groups ----
+
+def read_results(path):
+    """Rows of a results.jsonl (one JSON object per finished run)."""
+    if not os.path.exists(path):
+        raise SystemExit(f"no results file at {path}: run `python scaling.py sweep SPEC` first")
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def field(row, key, default=None):
+    """A row's value for key: the row itself, then its model config, then its train config."""
+    if key in row:
+        return row[key]
+    config = row.get("config", {})
+    for part in ("model", "train"):
+        if key in config.get(part, {}):
+            return config[part][key]
+    return default
+
+
+def group_by(rows, *keys):
+    """{value(s): rows} in sorted order of the key values."""
+    groups = {}
+    for row in rows:
+        value = tuple(field(row, k) for k in keys)
+        groups.setdefault(value[0] if len(keys) == 1 else value, []).append(row)
+    return dict(sorted(groups.items(), key=lambda kv: str(kv[0]) if not isinstance(kv[0], (int, float))
+                       else f"{kv[0]:030.6f}"))
+
+
+def column(rows, key):
+    return np.array([float(field(r, key)) for r in rows])
+
+
+def flops_curve(N, F):
+    """Per-token training FLOPs as a function of N from the runs: interpolation in log-log inside the sampled
+    range, the fitted power law's slope outside it."""
+    lnN, lnF = np.log(N), np.log(F)
+    order = np.argsort(lnN)
+    lnN, lnF = lnN[order], lnF[order]
+    slope = np.polyfit(lnN, lnF, 1)[0] if np.ptp(lnN) > 0 else 1.0
+
+    def F_of(n):
+        x = np.log(n)
+        y = np.interp(x, lnN, lnF)
+        y = np.where(x < lnN[0], lnF[0] + slope * (x - lnN[0]), y)
+        return np.exp(np.where(x > lnN[-1], lnF[-1] + slope * (x - lnN[-1]), y))
+    return F_of
+
+
+def compute_optimal(loss_of, F_of, budgets, N_lo, N_hi, points=4000):
+    """argmin over N of loss_of(N, D = C / F(N)) at each budget: N*, D*, L* (arrays)."""
+    N = np.exp(np.linspace(np.log(N_lo), np.log(N_hi), points))
+    F = F_of(N)
+    out = np.array([(N[i], C / F[i], L[i]) for C in budgets
+                    for L in [loss_of(N, C / F)] for i in [int(np.argmin(L))]])
+    return out[:, 0], out[:, 1], out[:, 2]
+
+
+def power_law(x, y):
+    """Slope and intercept of ln y = intercept + slope ln x."""
+    slope, intercept = np.polyfit(np.log(x), np.log(y), 1)
+    return float(slope), float(intercept)
+
+
+# ---- isoFLOP parabolas (Lee et al. 2026, arXiv:2605.09165, §4; after Hoffmann et al. 2022, approach 2) ----
+
+def isoflop_parabola(lnN, loss):
+    """Quadratic in ln N; returns (coefficients, ln N at the minimum or None when the curve opens downward)."""
+    coef = np.polyfit(lnN, loss, 2)
+    return coef, (-coef[1] / (2 * coef[0]) if coef[0] > 0 else None)
+
+
+def fit_isoflop(rows, n_key="params_active", n_boot=200, seed=0):
+    """Per architecture and budget a quadratic in ln N, its minimum the compute-optimal point; then L = k N^-alpha
+    through the optima (and N* ∝ C^a_N). 95% intervals from a residual bootstrap of the parabolas."""
+    rng = np.random.default_rng(seed)
+    result = {}
+    for arch, arch_rows in group_by(rows, "arch").items():
+        cells, optima = [], []
+        for C, cell in group_by(arch_rows, "flops_budget").items():
+            N, loss = column(cell, n_key), column(cell, "val_loss")
+            lnN = np.log(N)
+            info = dict(flops_budget=C, N=N.tolist(), loss=loss.tolist())
+            if len(np.unique(lnN)) >= 3:
+                coef, x = isoflop_parabola(lnN, loss)
+                info["coef"] = coef.tolist()
+                if x is not None:
+                    info.update(N_opt=float(np.exp(x)), loss_opt=float(np.polyval(coef, x)),
+                                inside=bool(lnN.min() <= x <= lnN.max()))
+                    optima.append(info)
+                    cells.append((lnN, loss, coef))
+            result.setdefault(arch, {}).setdefault("budgets", []).append(info)
+        if len(optima) < 2:
+            result[arch]["note"] = "fewer than two budgets with a minimum: no power law"
+            continue
+        N_opt, L_opt, budgets = (np.array([o[k] for o in optima]) for k in ("N_opt", "loss_opt", "flops_budget"))
+        slope, intercept = power_law(N_opt, L_opt)
+        a_N = power_law(budgets, N_opt)[0]
+        # fitted residuals understate the noise by sqrt((n - 3) / n) for a 3-parameter fit to n points: undo it
+        residuals = np.concatenate([(loss - np.polyval(coef, lnN)) * math.sqrt(len(lnN) / max(1, len(lnN) - 3))
+                                    for lnN, loss, coef in cells])
+        boot = []
+        for _ in range(n_boot):
+            pts = []
+            for lnN, loss, coef in cells:
+                fake = np.polyval(coef, lnN) + rng.choice(residuals, len(lnN))
+                c, x = isoflop_parabola(lnN, fake)
+                pts.append((np.exp(x), np.polyval(c, x)) if x is not None else (np.nan, np.nan))
+            pts = np.array(pts)
+            if np.isfinite(pts).all():
+                boot.append([-power_law(pts[:, 0], pts[:, 1])[0], power_law(budgets, pts[:, 0])[0]])
+        boot = np.array(boot).reshape(-1, 2)
+        result[arch].update(alpha=-slope, k=math.exp(intercept), a_N=a_N, n_key=n_key,
+                            alpha_ci=interval(boot[:, 0]) if len(boot) else None,
+                            a_N_ci=interval(boot[:, 1]) if len(boot) else None, bootstrap=len(boot))
+    return result
+
+
+# ---- Chinchilla law per architecture, joint law across recurrences (Schwethelm et al. 2026, arXiv:2604.21106) ----
+
+def rows_law_data(rows, n_key=None):
+    """law_data from result rows: N_once/N_rec/r from the accounting fields (n_key: one N, no recurrence split)."""
+    if n_key:
+        N = column(rows, n_key)
+        return law_data(N, np.zeros_like(N), np.ones_like(N), column(rows, "tokens"), column(rows, "val_loss"))
+    return law_data(column(rows, "params_once_nonembed"), column(rows, "params_rec_nonembed"),
+                    column(rows, "n_loop"), column(rows, "tokens"), column(rows, "val_loss"))
+
+
+def run_flops(rows):
+    """Training FLOPs per token of each run."""
+    return np.array([field(r, "flops_per_token") or field(r, "flops_budget") / field(r, "tokens") for r in rows])
+
+
+def fit_chinchilla(rows, n_key="params_unique_nonembed", restarts=500, seed=0):
+    """L = E + A N^-alpha + B D^-beta per architecture; compute-optimal N*(C), D*(C) with the architecture's
+    empirical FLOPs per token F(N), their exponents, and a_D = beta/(alpha+beta)."""
+    result = {}
+    for arch, arch_rows in group_by(rows, "arch").items():
+        fit = fit_law(rows_law_data(arch_rows, n_key), restarts, {"phi": 0.0}, seed)
+        N = column(arch_rows, n_key)
+        F_of = flops_curve(N, run_flops(arch_rows))
+        budgets = np.array(sorted({field(r, "flops_budget") for r in arch_rows}))
+        theta = np.array(fit["theta"])
+        loss_of = lambda n, d: law_predict(theta, law_data(n, 0 * n, 1 + 0 * n, d, 1 + 0 * n))  # noqa: E731
+        C = np.geomspace(budgets.min(), budgets.max(), 25) if len(budgets) > 1 else budgets
+        N_opt, D_opt, L_opt = compute_optimal(loss_of, F_of, C, N.min() / 30, N.max() * 30)
+        fit.update(n_key=n_key, budgets=budgets.tolist(), compute_optimal=dict(
+            flops=C.tolist(), N=N_opt.tolist(), D=D_opt.tolist(), loss=L_opt.tolist()))
+        if len(C) > 1:
+            fit.update(N_opt_exponent=power_law(C, N_opt)[0], D_opt_exponent=power_law(C, D_opt)[0])
+        result[arch] = fit
+    return result
+
+
+def cells_of(rows, keys=("flops_budget", "n_loop", "arch")):
+    """Row indices of each (budget, recurrence, architecture) cell: the bootstrap's blocks."""
+    index = {}
+    for i, row in enumerate(rows):
+        index.setdefault(tuple(field(row, k) for k in keys), []).append(i)
+    return [np.array(v) for v in index.values()]
+
+
+def fit_joint(rows, restarts=500, n_boot=200, seed=0, workers=1):
+    """L = E + A (N_once + r^phi N_rec)^-alpha + B D^-beta with phi free, fixed to 0 and to 1; a block-bootstrap
+    95% interval; refits on the low and high budget halves; equivalent sizes; per-r compute-optimal frontiers."""
+    data = rows_law_data(rows)
+    out = {"free": fit_law(data, restarts, None, seed),
+           "phi=0": fit_law(data, restarts, {"phi": 0.0}, seed),
+           "phi=1": fit_law(data, restarts, {"phi": 1.0}, seed)}
+    if n_boot:
+        thetas = bootstrap_law(data, cells_of(rows), n_boot, restarts, seed, workers,
+                               start=np.array(out["free"]["theta"]))
+        out["bootstrap"] = dict(n=n_boot, **{f"{p}_ci": interval(thetas[:, i]) for i, p in enumerate(PARAMS)})
+        out["bootstrap"]["phi_values"] = thetas[:, 5].tolist()
+    budgets = sorted({field(r, "flops_budget") for r in rows})
+    if len(budgets) >= 4:
+        half = (len(budgets) + 1) // 2
+        for name, chosen in (("low_budgets", budgets[:half]), ("high_budgets", budgets[half:])):
+            sub = [r for r in rows if field(r, "flops_budget") in chosen]
+            out[name] = dict(fit_law(rows_law_data(sub), restarts, None, seed), flops_budgets=chosen)
+    out["equivalent_size"] = equivalent_sizes(rows, out["free"]["phi"])
+    out["frontier"] = joint_frontiers(rows, out)
+    return out
+
+
+def equivalent_sizes(rows, phi, reference_N=1e9):
+    """Schwethelm et al. App. F.4: at the same width and effective depth, a looped model's unique parameters,
+    effective parameters N_once + r^phi N_rec and training FLOPs relative to the non-looped one, scaled to a
+    non-looped model of reference_N parameters."""
+    base = {field(r, "n_embd"): r for r in rows if field(r, "n_loop") == 1}
+    out = {}
+    for r_loop, loop_rows in group_by([r for r in rows if field(r, "n_loop") > 1], "n_loop").items():
+        pair = next(((row, base[field(row, "n_embd")]) for row in loop_rows if field(row, "n_embd") in base), None)
+        if pair is None:
+            continue
+        looped, plain = pair
+        N1 = field(plain, "params_unique_nonembed")
+        once, rec = field(looped, "params_once_nonembed"), field(looped, "params_rec_nonembed")
+        n_ratio, eff_ratio = (once + rec) / N1, (once + r_loop ** phi * rec) / N1
+        f_ratio = run_flops([looped])[0] / run_flops([plain])[0]
+        out[str(r_loop)] = dict(n_embd=field(looped, "n_embd"), N_ratio=n_ratio, N_eff_ratio=eff_ratio,
+                                train_flops_ratio=f_ratio, example=f"a {n_ratio * reference_N / 1e6:.0f}M r={r_loop} "
+                                f"model matches a {eff_ratio * reference_N / 1e6:.0f}M non-looped one at the training "
+                                f"cost of a {f_ratio * reference_N / 1e6:.0f}M non-looped one")
+    return out
+
+
+def joint_frontiers(rows, fits):
+    """Per recurrence count: compute-optimal loss L*(C) under the free-phi and phi=1 joint fits, with each
+    architecture's empirical F(N) and recurrent fraction N_rec/N; plus the empirical best run per budget."""
+    out = {}
+    budgets = sorted({field(r, "flops_budget") for r in rows})
+    C = np.geomspace(budgets[0], budgets[-1], 25) if len(budgets) > 1 else np.array(budgets)
+    for r_loop, rr in group_by(rows, "n_loop").items():
+        N = column(rr, "params_unique_nonembed")
+        rec_frac = float(np.median(column(rr, "params_rec_nonembed") / N))
+        F_of = flops_curve(N, run_flops(rr))
+        entry = dict(flops=C.tolist(), rec_fraction=rec_frac, best_runs=[
+            dict(flops_budget=b, loss=min(field(x, "val_loss") for x in cell))
+            for b, cell in group_by(rr, "flops_budget").items()])
+        for name in ("free", "phi=1"):
+            theta = np.array(fits[name]["theta"])
+            loss_of = lambda n, d: law_predict(theta, law_data(  # noqa: E731
+                n * (1 - rec_frac), n * rec_frac, np.full_like(n, r_loop), d, np.ones_like(n)))
+            entry[name] = compute_optimal(loss_of, F_of, C, N.min() / 30, N.max() * 30)[2].tolist()
+        out[str(r_loop)] = entry
+    return out
+
+
+# ---- learning-rate transfer (Lee et al. 2026 muP test; Wang et al. 2026, arXiv:2606.18524) ----
+
+def _bracket(lr, loss):
+    """Sorted arrays, the index of the best point, and the quadratic in ln lr through it and its neighbours (None
+    when the best point sits at the edge of the grid)."""
+    order = np.argsort(lr)
+    lr, loss = lr[order], loss[order]
+    i = int(np.argmin(loss))
+    coef = np.polyfit(np.log(lr[i - 1:i + 2]), loss[i - 1:i + 2], 2) if 0 < i < len(lr) - 1 else None
+    return lr, loss, i, coef
+
+
+def lr_optimum(lr, loss):
+    """(optimal LR, loss there, at the grid's edge?) of a loss-vs-LR curve: the vertex of the quadratic in ln lr
+    through the best point and its neighbours; the best grid point itself when it sits at the edge of the grid."""
+    lr, loss, i, coef = _bracket(lr, loss)
+    if coef is None:
+        return float(lr[i]), float(loss[i]), True
+    x = -coef[1] / (2 * coef[0])
+    return float(np.exp(x)), float(np.polyval(coef, x)), False
+
+
+def loss_at(lr, loss, at):
+    """The curve's loss at LR `at`: the same quadratic as lr_optimum inside the best point's bracket, linear in
+    ln lr elsewhere (the nearest end point outside the grid). So the regret of a group's own optimum is 0."""
+    lr, loss, i, coef = _bracket(lr, loss)
+    if coef is not None and lr[i - 1] <= at <= lr[i + 1]:
+        return float(np.polyval(coef, np.log(at)))
+    return float(np.interp(np.log(at), np.log(lr), loss))
+
+
+def fit_lr(rows, group=("n_embd",), panel="arch", reference=None, max_loss=float("inf")):
+    """Per panel (e.g. residual scaling rule) and group (width, loop count, depth): the optimum LR; the regret
+    (loss above the group's optimum) of the reference group's optimal LR transferred to every group."""
+    result = {}
+    for p, prow in group_by(rows, panel).items():
+        groups = {}
+        for g, grow in group_by(prow, *group).items():
+            grow = [r for r in grow if math.isfinite(field(r, "val_loss")) and field(r, "val_loss") <= max_loss]
+            if len(grow) < 2:
+                continue
+            lr, loss = column(grow, "lr"), column(grow, "val_loss")
+            best_lr, best_loss, edge = lr_optimum(lr, loss)
+            groups[str(g)] = dict(group=g, lr=lr.tolist(), loss=loss.tolist(), lr_opt=best_lr, loss_opt=best_loss,
+                                  at_edge=edge, grid_best_lr=float(lr[np.argmin(loss)]))
+        if not groups:
+            continue
+        ref = str(reference) if reference is not None and str(reference) in groups else next(iter(groups))
+        ref_lr = groups[ref]["lr_opt"]
+        for g in groups.values():
+            lr, loss = np.array(g["lr"]), np.array(g["loss"])
+            g["regret"] = loss_at(lr, loss, ref_lr) - g["loss_opt"]
+            g["regret_rel"] = g["regret"] / g["loss_opt"]
+            # without interpolation: the run at the reference's best grid LR against this group's best run
+            same = np.isclose(lr, groups[ref]["grid_best_lr"])
+            g["regret_grid"] = float(loss[same].min() - loss.min()) if same.any() else None
+        result[str(p)] = dict(reference=ref, transferred_lr=ref_lr, groups=groups,
+                              max_regret=max(g["regret"] for g in groups.values()),
+                              max_regret_rel=max(g["regret_rel"] for g in groups.values()))
+    return result
+
+
+# ---- figures: PNG next to a JSON of the numbers they show ----
+
+def _figure(panels, width=5.0, height=4.0):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(1, panels, figsize=(width * panels, height), squeeze=False)
+    return fig, axes[0]
+
+
+def _save(fig, numbers, path):
+    fig.tight_layout()
+    fig.savefig(path + ".png", dpi=120)
+    with open(path + ".json", "w") as f:
+        json.dump(numbers, f, indent=1, default=float)
+    import matplotlib.pyplot as plt
+    plt.close(fig)
+    return [path + ".png", path + ".json"]
+
+
+def plot_isoflop(result, path):
+    """Lee et al. Fig. 3/4 style: isoFLOP parabolas with stars at the optima and the power law through them, one
+    panel per architecture, then all power laws together."""
+    archs = [a for a in result if "alpha" in result[a]] or list(result)
+    fig, axes = _figure(len(archs) + 1)
+    colors = _colors(max(len(v["budgets"]) for v in result.values()))
+    for ax, arch in zip(axes, archs):
+        for color, b in zip(colors, result[arch]["budgets"]):
+            N, loss = np.array(b["N"]), np.array(b["loss"])
+            ax.scatter(N, loss, color=color, s=14, label=f"C={b['flops_budget']:.2g}")
+            if "coef" in b:
+                lo, hi = np.log([min(N.min(), b.get("N_opt", np.inf)), max(N.max(), b.get("N_opt", 0))])
+                x = np.linspace(lo - 0.2, hi + 0.2, 100)
+                ax.plot(np.exp(x), np.polyval(b["coef"], x), color=color, lw=1)
+            if "N_opt" in b:  # a hollow star: the minimum lies outside the sampled widths (extrapolated)
+                ax.scatter([b["N_opt"]], [b["loss_opt"]], marker="*", s=140, color=color if b["inside"] else "none",
+                           edgecolor=color if not b["inside"] else "k", zorder=3)
+        _power_line(ax, result[arch], "k", f"$L \\propto N^{{-{result[arch].get('alpha', float('nan')):.3f}}}$")
+        ax.set(xscale="log", title=arch, xlabel=result[arch].get("n_key", "N"), ylabel="validation loss (nats)")
+        _legend(ax)
+    for color, arch in zip(_colors(len(archs)), archs):
+        opt = [b for b in result[arch]["budgets"] if "N_opt" in b]
+        axes[-1].scatter([b["N_opt"] for b in opt], [b["loss_opt"] for b in opt], marker="*", s=100, color=color)
+        _power_line(axes[-1], result[arch], color, f"{arch}: alpha={result[arch].get('alpha', float('nan')):.3f}")
+    axes[-1].set(xscale="log", title="compute-optimal points", xlabel="N", ylabel="validation loss (nats)")
+    _legend(axes[-1])
+    return _save(fig, result, path)
+
+
+def _power_line(ax, res, color, label):
+    if "alpha" not in res:
+        return
+    N = np.array([b["N_opt"] for b in res["budgets"] if "N_opt" in b])
+    x = np.geomspace(N.min() / 1.5, N.max() * 1.5, 50)
+    ax.plot(x, res["k"] * x ** -res["alpha"], "--", color=color, lw=1, label=label)
+
+
+def _legend(ax):
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7)
+
+
+def _colors(n):
+    import matplotlib
+    return [matplotlib.colormaps["viridis"](i / max(1, n - 1)) for i in range(n)]
+
+
+def plot_chinchilla(result, rows, path):
+    """Per architecture the runs with the law's isoFLOP curves L(N, C/F(N)); then the compute-optimal N*(C) and
+    D*(C) of every architecture (Schwethelm et al. Fig. 2 and 3)."""
+    archs = list(result)
+    fig, axes = _figure(len(archs) + 2)
+    by_arch = group_by(rows, "arch")
+    for ax, arch in zip(axes, archs):
+        fit, arch_rows = result[arch], by_arch[arch]
+        theta = np.array(fit["theta"])
+        N = column(arch_rows, fit["n_key"])
+        F_of = flops_curve(N, run_flops(arch_rows))
+        for color, (C, cell) in zip(_colors(len(fit["budgets"])), group_by(arch_rows, "flops_budget").items()):
+            ax.scatter(column(cell, fit["n_key"]), column(cell, "val_loss"), color=color, s=14, label=f"C={C:.2g}")
+            n = np.geomspace(N.min() / 1.5, N.max() * 1.5, 100)
+            ax.plot(n, law_predict(theta, law_data(n, 0 * n, 1 + 0 * n, C / F_of(n), 1 + 0 * n)), color=color, lw=1)
+        ax.set(xscale="log", title=f"{arch}: alpha={fit['alpha']:.3f} beta={fit['beta']:.3f} R2={fit['r2']:.4f}",
+               xlabel=fit["n_key"], ylabel="validation loss (nats)")
+        _legend(ax)
+    for color, arch in zip(_colors(len(archs)), archs):
+        co = result[arch]["compute_optimal"]
+        axes[-2].plot(co["flops"], co["N"], color=color, label=f"{arch}: C^{result[arch].get('N_opt_exponent', 0):.2f}")
+        axes[-1].plot(co["flops"], co["D"], color=color, label=f"{arch}: C^{result[arch].get('D_opt_exponent', 0):.2f}")
+    axes[-2].set(xscale="log", yscale="log", title="compute-optimal N*", xlabel="training FLOPs C")
+    axes[-1].set(xscale="log", yscale="log", title="compute-optimal D*", xlabel="training FLOPs C")
+    _legend(axes[-2])
+    _legend(axes[-1])
+    return _save(fig, result, path)
+
+
+def plot_joint(result, path):
+    """Schwethelm et al. Fig. 1: N(r), F(r) and N_eff(r) relative to r=1 at matched width; compute-optimal loss
+    per r against C with the free-phi fit (solid) and the phi=1 fit (dashed); the bootstrap distribution of phi."""
+    fig, axes = _figure(3)
+    eq = result["equivalent_size"]
+    r = [1] + [int(k) for k in eq]
+    axes[0].plot(r, [1] + [eq[k]["N_ratio"] for k in eq], "o-", label="unique params N(r)")
+    axes[0].plot(r, [1] + [eq[k]["train_flops_ratio"] for k in eq], "s-", label="training FLOPs F(r)")
+    axes[0].plot(r, [1] + [eq[k]["N_eff_ratio"] for k in eq], "^-",
+                 label=f"N_eff, phi={result['free']['phi']:.2f}")
+    axes[0].set(xscale="log", xticks=r, xticklabels=[str(v) for v in r], xlabel="recurrences r",
+                ylabel="relative to r=1", title="iso-depth accounting")
+    axes[0].minorticks_off()
+    _legend(axes[0])
+    for color, (r_loop, fr) in zip(_colors(len(result["frontier"])), result["frontier"].items()):
+        axes[1].plot(fr["flops"], fr["free"], "-", color=color, label=f"r={r_loop}")
+        axes[1].plot(fr["flops"], fr["phi=1"], "--", color=color, lw=0.8)
+        axes[1].scatter([b["flops_budget"] for b in fr["best_runs"]], [b["loss"] for b in fr["best_runs"]],
+                        marker="x", color=color)
+    axes[1].set(xscale="log", xlabel="training FLOPs C", ylabel="compute-optimal loss",
+                title=f"phi={result['free']['phi']:.2f} (solid), phi=1 (dashed)")
+    _legend(axes[1])
+    if "bootstrap" in result:
+        axes[2].hist(result["bootstrap"]["phi_values"], bins=30, color="0.6")
+        for v in result["bootstrap"]["phi_ci"]:
+            axes[2].axvline(v, ls=":", color="k")
+    axes[2].axvline(result["free"]["phi"], color="r")
+    axes[2].set(xlabel="phi", title="block bootstrap of phi")
+    return _save(fig, result, path)
+
+
+def plot_lr(result, path):
+    """Loss against learning rate per group, one panel per panel value; stars at the optima, the transferred LR
+    dotted (Lee et al. Fig. 2; Wang et al. Fig. 5)."""
+    fig, axes = _figure(len(result))
+    for ax, (p, res) in zip(axes, result.items()):
+        for color, g in zip(_colors(len(res["groups"])), res["groups"].values()):
+            order = np.argsort(g["lr"])
+            ax.plot(np.array(g["lr"])[order], np.array(g["loss"])[order], "o-", color=color, ms=3,
+                    label=f"{g['group']}: regret {g['regret']:.4f}")
+            ax.scatter([g["lr_opt"]], [g["loss_opt"]], marker="*", s=120, color=color, edgecolor="k", zorder=3)
+        ax.axvline(res["transferred_lr"], ls=":", color="k")
+        ax.set(xscale="log", xlabel="learning rate", ylabel="validation loss (nats)",
+               title=f"{p}: max regret {res['max_regret']:.4f}")
+        _legend(ax)
+    return _save(fig, result, path)
+
+
+# -----------------------------------------------------------------------------------------------------------------
+# command line: fit
+
+FIT_KEYS = dict(
+    law="isoflop",  # isoflop (Lee et al.) | chinchilla | joint (Schwethelm et al.) | lr (LR transfer)
+    n_key="",  # the N of isoflop/chinchilla: "" = params_active (isoflop) / params_unique_nonembed (chinchilla)
+    restarts=500,  # random starts per parametric fit (best one kept)
+    bootstrap=200,  # bootstrap resamples (joint: blocks of (budget, r) cells; isoflop: residuals)
+    workers=2,  # processes for the bootstrap refits
+    seed=0,  # seeds the starts and the resamples
+    archs=(),  # keep only these architectures ("arch" field); () = all
+    baseline_arch="",  # also keep the n_loop=1 runs of this architecture (probe refits reuse the r=1 runs)
+    budgets=(),  # keep only these budgets; () = all
+    loops=(),  # keep only these n_loop values; () = all
+    max_loss=float("inf"),  # drop runs whose val_loss exceeds this (diverged; Wang et al. use 4)
+    group=("n_embd",),  # lr: the fields that define one LR curve (width, n_loop, n_layer ...)
+    panel="arch",  # lr: the field that splits curves into panels (e.g. residual_scaling)
+    reference="",  # lr: the group whose optimal LR is transferred; "" = the first group
+    out="",  # output path prefix for <out>.png/.json; "" = fit_<law> next to the results file
+)
+
+
+def select_rows(rows, cfg):
+    """Apply the subset keys (the probes and half-window refits of Schwethelm et al. are such subsets)."""
+    keep = []
+    for r in rows:
+        loss = field(r, "val_loss")
+        if loss is None or not math.isfinite(loss) or loss > cfg["max_loss"]:
+            continue
+        if cfg["budgets"] and not any(math.isclose(field(r, "flops_budget"), b, rel_tol=1e-3) for b in cfg["budgets"]):
+            continue
+        if cfg["loops"] and field(r, "n_loop") not in cfg["loops"]:
+            continue
+        if cfg["archs"] and field(r, "arch") not in cfg["archs"]:
+            if not (field(r, "arch") == cfg["baseline_arch"] and field(r, "n_loop") == 1):
+                continue
+        keep.append(r)
+    if not keep:
+        raise SystemExit("no runs left after the subset keys (archs, budgets, loops, max_loss); loosen them")
+    return keep
+
+
+def main_fit(argv):
+    from configurator import configure
+    paths = [a for a in argv if not a.startswith("--") and a.endswith(".jsonl")]
+    if len(paths) != 1:
+        raise SystemExit("usage: python scaling.py fit results.jsonl --law=isoflop|chinchilla|joint|lr [--key=value]")
+    cfg, _ = configure(FIT_KEYS, None, [a for a in argv if a not in paths], doc_source=__file__)
+    rows = select_rows(read_results(paths[0]), cfg)
+    out = cfg["out"] or os.path.join(os.path.dirname(os.path.abspath(paths[0])), f"fit_{cfg['law']}")
+    law = cfg["law"]
+    if law == "isoflop":
+        result = fit_isoflop(rows, cfg["n_key"] or "params_active", cfg["bootstrap"], cfg["seed"])
+        files = plot_isoflop(result, out)
+    elif law == "chinchilla":
+        result = fit_chinchilla(rows, cfg["n_key"] or "params_unique_nonembed", cfg["restarts"], cfg["seed"])
+        files = plot_chinchilla(result, rows, out)
+    elif law == "joint":
+        result = fit_joint(rows, cfg["restarts"], cfg["bootstrap"], cfg["seed"], cfg["workers"])
+        files = plot_joint(result, out)
+    elif law == "lr":
+        result = fit_lr(rows, cfg["group"], cfg["panel"], cfg["reference"] or None, cfg["max_loss"])
+        files = plot_lr(result, out)
+    else:
+        raise SystemExit(f"unknown --law={law!r}: use isoflop | chinchilla | joint | lr")
+    print(json.dumps(_summary(result), indent=1, default=float))
+    print(f"wrote {', '.join(files)}", file=sys.stderr)
+    return result
+
+
+def _summary(obj):
+    """The printed JSON: the result without long per-point arrays."""
+    if isinstance(obj, dict):
+        return {k: _summary(v) for k, v in obj.items() if k not in ("phi_values", "theta")}
+    if isinstance(obj, list) and len(obj) > 12 and all(isinstance(v, (int, float)) for v in obj):
+        return f"[{len(obj)} numbers]"
+    return [_summary(v) for v in obj] if isinstance(obj, list) else obj
+
+
+# -----------------------------------------------------------------------------------------------------------------
+# command line: count
+
+COUNT_KEYS = dict(
+    flops_convention="lee",  # lee (6*N_active, Lee et al.) | schwethelm (6*executed params + attention)
+    flops_budget=0.0,  # if > 0: also print the tokens this training budget buys
+    seq_len=0,  # attention context T for the FLOP count; 0 = block_size
+)
+
+
+def main_count(argv):
+    from configurator import configure
+    from model import GPTConfig
+    # train.py's keys are accepted too, so every training config counts as it is (its vocab_size, not the data's)
+    train_py = os.path.join(os.path.dirname(os.path.abspath(__file__)), "train.py")  # where those keys are described
+    cfg, model_cfg = configure({**train_defaults(), **COUNT_KEYS}, GPTConfig, argv, doc_source=train_py)
+    model = model_on_meta(model_cfg)
+    out = accounting(model, cfg["flops_convention"], cfg["flops_budget"], cfg["seq_len"] or None)
+    print(json.dumps(out, indent=1))
+    return out
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
+    commands = {"count": main_count, "sweep": main_sweep, "fit": main_fit}
+    if not argv or argv[0] not in commands:
+        raise SystemExit(f"usage: python scaling.py {{{'|'.join(commands)}}} [...]; "
+                         f"e.g. python scaling.py count config/sparse_base.py --n_embd=512")
+    return commands[argv[0]](argv[1:])
+
+
+if __name__ == "__main__":
+    main()

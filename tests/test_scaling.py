@@ -1,0 +1,645 @@
+"""Tests of scaling.py: accounting against the papers' tables and FlopCounterMode, the CLI, fits, sweeps."""
+import json
+import math
+import os
+import sys
+
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.utils.flop_counter import FlopCounterMode
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+import scaling  # noqa: E402
+from configurator import configure  # noqa: E402
+from model import GPT, GPTConfig, Label  # noqa: E402
+
+# -----------------------------------------------------------------------------------------------------------------
+# helpers
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_torch_thread():
+    """These models are tiny: with the machine's cores busy, two intra-op threads made a forward+backward 100x
+    slower (spin-waiting). Restored afterwards for the other test files."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def preset(name, **overrides):
+    """GPTConfig from config/<name>.py plus overrides, read the way every script reads it."""
+    argv = [os.path.join(ROOT, "config", name + ".py")] + [scaling.cli_arg(k, v) for k, v in overrides.items()]
+    cwd = os.getcwd()
+    os.chdir(ROOT)
+    try:
+        return configure({}, GPTConfig, argv, doc_source=__file__)[1]
+    finally:
+        os.chdir(cwd)
+
+
+def pending(build):
+    """True while the part of the project that `build` needs still raises NotImplementedError."""
+    try:
+        build()
+    except NotImplementedError:
+        return True
+    return False
+
+
+def _build_moe():
+    import moe
+    moe.make_ffn(GPTConfig(n_expert=8, top_k=2), 0)
+
+
+def _build_looped():
+    import loop
+    with torch.device("meta"):
+        loop.build_model(GPTConfig(n_loop=2))
+
+
+# Remove these marks' conditions only if they ever hide a real failure: they skip exactly while moe.make_ffn /
+# loop.build_model raise NotImplementedError (the MoE and loop issues are being written in parallel).
+needs_moe = pytest.mark.skipif(pending(_build_moe), reason="moe.make_ffn raises NotImplementedError (MoE not landed)")
+needs_loop = pytest.mark.skipif(pending(_build_looped),
+                                reason="loop.build_model raises NotImplementedError for looped configs (not landed)")
+
+
+# -----------------------------------------------------------------------------------------------------------------
+# Lee et al. 2026 (arXiv:2605.09165), model-configuration table: d, d_ff, heads, active M, stored Looped-MoE M,
+# stored MoE M. Active = 16(4d^2 + 3 d d_ff) + 2Vd for all four architectures.
+LEE_TABLE = [(128, 384, 2, 16, 18, 23), (256, 704, 4, 39, 45, 65), (384, 1024, 6, 67, 81, 124),
+             (512, 1408, 8, 103, 129, 207), (640, 1728, 10, 144, 184, 303), (768, 2048, 12, 190, 247, 417),
+             (896, 2432, 14, 246, 325, 560), (1024, 2752, 16, 305, 407, 711)]
+
+
+@pytest.mark.parametrize("d,d_ff,heads,active,stored_lmoe,stored_moe", LEE_TABLE)
+def test_lee_table_base(d, d_ff, heads, active, stored_lmoe, stored_moe):
+    cfg = preset("sparse_base", n_embd=d)
+    assert (cfg.d_ff, cfg.n_head) == (d_ff, heads)
+    c = scaling.count_params(scaling.model_on_meta(cfg))
+    V = 50257
+    hand = 16 * (4 * d * d + 3 * d * d_ff) + 2 * V * d
+    assert c["params_active"] == c["params_unique"] == hand
+    assert round(c["params_active"] / 1e6) == active
+    assert c["params_rec_nonembed"] == 0 and c["params_once_nonembed"] == c["params_unique_nonembed"]
+    assert scaling.flops_per_token(scaling.model_on_meta(cfg), "lee") == 6 * hand
+
+
+@needs_loop
+@pytest.mark.parametrize("d,d_ff,heads,active,stored_lmoe,stored_moe", LEE_TABLE)
+def test_lee_table_looped(d, d_ff, heads, active, stored_lmoe, stored_moe):
+    c = scaling.count_params(scaling.model_on_meta(preset("sparse_looped", n_embd=d)))
+    V = 50257
+    assert c["params_active"] == 16 * (4 * d * d + 3 * d * d_ff) + 2 * V * d
+    assert c["params_unique"] == 8 * (4 * d * d + 3 * d * d_ff) + 2 * V * d
+    assert c["params_rec_nonembed"] == c["params_unique_nonembed"]  # the whole stack is looped
+
+
+def router_params(model):
+    """Stored router weights, which Lee et al.'s table neglects."""
+    return sum(m.router.weight.numel() for m in model.modules() if hasattr(m, "router"))
+
+
+@needs_moe
+@pytest.mark.parametrize("d,d_ff,heads,active,stored_lmoe,stored_moe", LEE_TABLE)
+def test_lee_table_moe(d, d_ff, heads, active, stored_lmoe, stored_moe):
+    model = scaling.model_on_meta(preset("sparse_moe", n_embd=d))
+    c, router, V = scaling.count_params(model), router_params(model), 50257
+    # top-2 of 8 experts with hidden d_ff/2: active FFN = dense FFN (Lee et al. §2.2)
+    assert c["params_active"] - router == 16 * (4 * d * d + 3 * d * d_ff) + 2 * V * d
+    assert c["params_unique"] - router == 16 * (4 * d * d + 8 * 3 * d * d_ff // 2) + 2 * V * d
+    assert round((c["params_active"] - router) / 1e6) == active
+    assert round((c["params_unique"] - router) / 1e6) == stored_moe
+    assert router == 16 * 8 * d and router < 1e-3 * c["params_unique"]
+
+
+@needs_moe
+@needs_loop
+@pytest.mark.parametrize("d,d_ff,heads,active,stored_lmoe,stored_moe", LEE_TABLE)
+def test_lee_table_looped_moe(d, d_ff, heads, active, stored_lmoe, stored_moe):
+    model = scaling.model_on_meta(preset("sparse_looped_moe", n_embd=d))
+    c, router, V = scaling.count_params(model), router_params(model), 50257
+    assert c["params_active"] - 2 * router == 16 * (4 * d * d + 3 * d * d_ff) + 2 * V * d  # both passes
+    assert c["params_unique"] - router == 8 * (4 * d * d + 8 * 3 * d * d_ff // 2) + 2 * V * d
+    assert round((c["params_active"] - 2 * router) / 1e6) == active
+    assert round((c["params_unique"] - router) / 1e6) == stored_lmoe
+
+
+# -----------------------------------------------------------------------------------------------------------------
+# Schwethelm et al. 2026 (arXiv:2604.21106), Table 6: unique non-embedding N (M) per (s, r), d = 64 s, and the
+# r=1 training tokens (B) per budget.
+SCHWETHELM_N = {6: (35.4, 21.5, 14.5, 10.9), 8: (62.9, 38.3, 25.7, 19.4), 10: (98.3, 59.8, 40.2, 30.3),
+                12: (141.6, 86.1, 57.8, 43.7), 14: (192.7, 117.2, 78.7, 59.4), 16: (251.7, 153.1, 102.8, 77.6),
+                18: (318.6, 193.8, 130.1, 98.2), 20: (393.3, 239.2, 160.6, 121.3), 24: (566.3, 344.5, 231.2, 174.6),
+                28: (770.8, 468.9, 314.7, 237.7), 34: (1136.5, 691.4, 464.1, 350.4)}
+BUDGETS = (4.64e17, 1e18, 2.15e18, 4.64e18, 1e19, 2.15e19)
+SCHWETHELM_TOKENS = {6: (0.98, 2.10), 8: (0.64, 1.36, 2.95), 10: (0.45, 0.97, 2.08, 4.49),
+                     12: (0.34, 0.72, 1.55, 3.34, 7.13), 14: (None, 0.56, 1.20, 2.59),
+                     16: (None, None, 0.96, 2.07, 4.43), 18: (None, None, None, 1.70, 3.62, 7.78),
+                     20: (None, None, None, 1.42, 3.05), 24: (None, None, None, None, 2.20, 4.71),
+                     28: (None,) * 5 + (3.58,), 34: (None,) * 5 + (2.52,)}
+
+
+def isodepth_plain(s):
+    """The r=1 model of the iso-depth grid as a plain 20-layer GPT (needs no loop.py)."""
+    return preset("isodepth", n_embd=64 * s, n_loop=1, n_layer=20, n_prelude=0, n_coda=0, loop_norm=False,
+                  injection="none")
+
+
+@pytest.mark.parametrize("s", sorted(SCHWETHELM_N))
+def test_schwethelm_table6_r1_params(s):
+    c = scaling.count_params(scaling.model_on_meta(isodepth_plain(s)))
+    d = 64 * s
+    # 240 d^2 (Schwethelm eq. 2 at r=1) plus the RMSNorm gains, which the paper's counts include: without them
+    # s=18, 20, 24, 28, 34 round to 0.1M below Table 6
+    assert c["params_unique_nonembed"] == 240 * d * d + 41 * d
+    assert round(c["params_unique_nonembed"] / 1e6, 1) == SCHWETHELM_N[s][0]
+
+
+@pytest.mark.parametrize("s", sorted(SCHWETHELM_TOKENS))
+def test_schwethelm_table6_r1_tokens(s):
+    model = scaling.model_on_meta(isodepth_plain(s))
+    d, V, T = 64 * s, 32064, 2048
+    per_token = scaling.flops_per_token(model, "schwethelm")
+    # hand: 6*(N + head) + 12*d*T*20 (Schwethelm et al. §3.2 + nanochat estimate_flops)
+    N = 240 * d * d + 41 * d
+    assert per_token == 6 * (N + d * V) + 12 * d * T * 20
+    for C, paper in zip(BUDGETS, SCHWETHELM_TOKENS[s]):
+        if paper is None:
+            continue
+        ours = scaling.tokens_for_budget(C, model, "schwethelm") / 1e9
+        # <= 2.15e18 within 1.5%; the paper's largest-budget cells sit 2-2.7% below the formula (cause unknown)
+        assert abs(ours / paper - 1) < (0.015 if C <= 2.15e18 else 0.03), (s, C, ours, paper)
+
+
+@needs_loop
+@pytest.mark.parametrize("r", (1, 2, 4, 8))
+@pytest.mark.parametrize("s", sorted(SCHWETHELM_N))
+def test_schwethelm_table6_params(s, r):
+    model = scaling.model_on_meta(preset("isodepth", n_embd=64 * s, n_loop=r, n_layer=16 // r))
+    c = scaling.count_params(model)
+    d = 64 * s
+    assert round(c["params_unique_nonembed"] / 1e6, 1) == SCHWETHELM_N[s][(1, 2, 4, 8).index(r)]
+    # Schwethelm eq. 4: N_once = 4 n_b, N_rec = (16/r) n_b + n_i with n_b = 12 d^2 (+ 2d RMSNorm gains), n_i = 2 d^2;
+    # plus the model-level norms: after the embedding and the final one (once), at the end of every pass (rec)
+    n_b = 12 * d * d + 2 * d
+    once, rec = 4 * n_b + 2 * d, (16 // r) * n_b + 2 * d * d + d
+    if r == 1:
+        once, rec = once + rec - 2 * d * d, 0  # no injection; everything runs once
+    assert (c["params_once_nonembed"], c["params_rec_nonembed"]) == (once, rec)
+    # eq. 1 with the head and attention: F_train = 6 (N_once + r N_rec) + 6 d V + 12 d T * 20
+    hand = 6 * (once + r * rec) + 6 * d * 32064 + 12 * d * 2048 * 20
+    assert abs(scaling.flops_per_token(model, "schwethelm") / hand - 1) < 1e-3
+
+
+# -----------------------------------------------------------------------------------------------------------------
+# hand-built looped models (stand-ins until loop.py lands; they also pin the protocol LoopedGPT must follow)
+
+
+class SharedStack(GPT):
+    """The same n_layer blocks listed n_loop times in `blocks`: a full loop without injection."""
+
+    def __init__(self, config, n_loop=2):
+        super().__init__(config)
+        self.blocks = nn.ModuleList(list(self.blocks) * n_loop)
+
+
+class InjectedLoop(GPT):
+    """n_layer blocks run n_loop times, each pass preceded by a linear injection W[e | h] (Schwethelm et al.);
+    with `truncate`, the first n_loop - n_grad passes run without building a graph (truncated BPTT)."""
+
+    def __init__(self, config, n_loop=3, n_grad=None):
+        super().__init__(config)
+        self.n_loop, self.n_grad = n_loop, n_grad or n_loop
+        self.inject = nn.Linear(2 * config.n_embd, config.n_embd, bias=False)
+
+    def block_executions(self):
+        return [(self.n_loop, self.n_grad)] * len(self.blocks)
+
+    def module_executions(self):
+        return {"inject": (self.n_loop, self.n_grad)}
+
+    def walk(self, x, rope, cache=None, aux=None):
+        e, h = x, x
+        for loop in range(self.n_loop):
+            with torch.set_grad_enabled(torch.is_grad_enabled() and loop >= self.n_loop - self.n_grad):
+                h = self.inject(torch.cat([e, h], dim=-1))
+                for i, block in enumerate(self.blocks):
+                    h, _ = block(h, rope)
+                    yield Label(i, i, loop, i == len(self.blocks) - 1, "loop"), h
+
+
+def small_config(**kw):
+    base = dict(n_layer=2, n_embd=64, head_dim=16, vocab_size=97, block_size=32)
+    base.update(kw)
+    return GPTConfig(**base)
+
+
+def test_shared_weights_stored_once_computed_every_pass():
+    cfg = small_config()
+    plain, looped = GPT(cfg), SharedStack(cfg, n_loop=3)
+    cp, cl = scaling.count_params(plain), scaling.count_params(looped)
+    assert cl["params_unique"] == cp["params_unique"]
+    assert cl["params_active_nonembed"] == 3 * cp["params_active_nonembed"]
+    assert cl["params_rec_nonembed"] == cp["params_unique_nonembed"] and cl["params_once_nonembed"] == 0
+
+
+def test_tied_embeddings_stored_once_counted_twice_for_compute():
+    untied, tied = GPT(small_config()), GPT(small_config(tie_embeddings=True))
+    cu, ct = scaling.count_params(untied), scaling.count_params(tied)
+    assert cu["params_unique"] - ct["params_unique"] == 97 * 64
+    assert cu["params_active"] == ct["params_active"]
+
+
+def test_injection_and_truncation_split():
+    cfg = small_config()
+    m = InjectedLoop(cfg, n_loop=4, n_grad=2)
+    c = scaling.count_params(m)
+    block = sum(p.numel() for p in m.blocks.parameters())
+    assert c["params_rec_nonembed"] == block + 2 * 64 * 64
+    T = cfg.block_size
+    # Schwethelm et al. App. G eq. 8: (2 (r - r_bwd) + 6 r_bwd) (recurrent params) + head + attention
+    hand = (2 * 2 + 6 * 2) * (block + 2 * 64 * 64) + 6 * 97 * 64 + (4 * 2 + 12 * 2) * 2 * 64 * T
+    assert scaling.flops_per_token(m, "schwethelm") == hand
+
+
+def test_lee_and_schwethelm_differ_by_embedding_and_attention():
+    cfg = small_config()
+    m = GPT(cfg)
+    T, d, L, V = cfg.block_size, cfg.n_embd, cfg.n_layer, cfg.vocab_size
+    assert scaling.flops_per_token(m, "lee") - scaling.flops_per_token(m, "schwethelm") == 6 * V * d - 12 * L * d * T
+    assert scaling.forward_flops_per_token(m) * 3 == scaling.flops_per_token(m, "schwethelm")
+    with pytest.raises(ValueError, match="lee"):
+        scaling.flops_per_token(m, "kaplan")
+
+
+# -----------------------------------------------------------------------------------------------------------------
+# FlopCounterMode: matmul FLOPs of one real training step (forward + backward) against the accounting.
+# Both count: every matmul (projections, MLP/experts, router, injection, head) and the attention QK^T / AV over the
+# full T x T square (the math SDPA backend; causal masking is not subtracted by either side).
+# Only the accounting counts: 6 FLOPs per RMSNorm gain (elementwise, ~1/(6d) of a block); hyper-connections'
+# 6 r (K^2 + 2K) d, of which FlopCounterMode sees the einsums but not the beta scaling.
+# Only FlopCounterMode counts: per-sequence conditioning (loop embedders, TMLT/LoopFormer modulators: ~1/T of their
+# parameters per token, 1% at T=32, nothing at the papers' T); padding of the "batched" MoE dispatch (so MoE runs
+# use moe_dispatch="loop"; torch._grouped_mm of the "grouped" dispatch it does not count at all).
+# Neither counts: softmax, RoPE, norms, activations, cross-entropy, the embedding gather and its backward.
+# Not covered: elastic="shortcut"/"early_exit" objectives also rerun the head (and prelude/coda), which
+# block_executions does not declare yet (2% here, ~6% for LoopFormer's real shape).
+
+
+def measured_flops_per_token(model, B=2):
+    T = model.config.block_size
+    idx = torch.randint(0, model.config.vocab_size, (B, T))
+    with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
+        _, loss, aux = model(idx, idx)
+        (loss + sum(aux.values()) if aux else loss).backward()
+    return counter.get_total_flops() / (B * T)
+
+
+def kinds():
+    yield "dense swiglu", GPT(small_config())
+    yield "dense relu2 qk-norm gains", GPT(small_config(mlp="relu2", qk_norm=True, norm_gain=True))
+    yield "dense gelu tied learned-pos", GPT(small_config(mlp="gelu", tie_embeddings=True, pos_emb="learned"))
+    yield "shared stack 2x3", SharedStack(small_config(), n_loop=3)
+    yield "injected loop 3", InjectedLoop(small_config(), n_loop=3)
+    yield "injected loop 4, truncated to 2", InjectedLoop(small_config(), n_loop=4, n_grad=2)
+    looped = dict(n_prelude=1, n_coda=1, n_loop=3, loop_norm=True, norm_gain=True)
+    if not pending(_build_looped):
+        from loop import build_model
+        yield "full loop 2x3", build_model(small_config(n_loop=3))
+        yield "prelude/coda, linear injection", build_model(small_config(injection="linear", **looped))
+        yield "additive injection", build_model(small_config(injection="additive", **looped))
+        yield "truncated BPTT 2 of 4", build_model(small_config(injection="linear", bptt_loops=2,
+                                                                **dict(looped, n_loop=4)))
+        yield "hyper-connections K=2", build_model(small_config(hc_lanes=2, **looped))
+        yield "factorized residual scaling", build_model(small_config(n_loop=3, residual_scaling="factorized"))
+        yield "sandwich norm", build_model(small_config(n_loop=2, sandwich_norm=True))
+        for cond in ("index", "loopformer", "iteradaln"):
+            yield f"loop_cond={cond}", build_model(small_config(n_loop=3, loop_cond=cond))
+    if not pending(_build_moe):
+        from loop import build_model
+        moe = dict(n_expert=4, top_k=2, moe_dispatch="loop")
+        yield "MoE", build_model(small_config(**moe))
+        yield "MoE with a shared expert", build_model(small_config(n_shared_expert=1, **moe))
+        if not pending(_build_looped):
+            yield "Looped-MoE", build_model(small_config(n_loop=2, **moe))
+
+
+@pytest.mark.parametrize("name,model", list(kinds()), ids=lambda x: x if isinstance(x, str) else "")
+def test_flops_match_flop_counter(name, model):
+    torch.manual_seed(0)
+    model.init_weights(0)
+    measured = measured_flops_per_token(model)
+    ours = scaling.flops_per_token(model, "schwethelm")
+    assert abs(ours / measured - 1) < 0.02, (name, ours, measured)
+
+
+# -----------------------------------------------------------------------------------------------------------------
+# command line
+
+
+def test_count_cli(capsys):
+    cwd = os.getcwd()
+    os.chdir(ROOT)
+    try:
+        out = scaling.main(["count", "config/sparse_base.py", "--n_embd=256", "--flops_budget=1e18"])
+    finally:
+        os.chdir(cwd)
+    printed = json.loads(capsys.readouterr().out)
+    assert printed == json.loads(json.dumps(out))
+    for key in ("params_unique", "params_active", "params_unique_nonembed", "params_active_nonembed",
+                "params_once_nonembed", "params_rec_nonembed", "flops_per_token", "tokens"):
+        assert key in printed
+    assert math.isclose(printed["tokens"], 1e18 / (6 * printed["params_active"]))
+
+
+def test_count_cli_reads_training_configs_and_rejects_bad_keys(capsys):
+    cwd = os.getcwd()
+    os.chdir(ROOT)
+    try:
+        if not pending(_build_looped):  # a preset with train.py keys (optimizer, lr ...) counts as it is
+            out = scaling.main(["count", "config/recur_r4.py", "--flops_budget=1e18"])
+            assert out["flops_convention"] == "schwethelm" and abs(out["tokens"] / 955e6 - 1) < 0.005
+        with pytest.raises(SystemExit, match="n_embd"):
+            scaling.main(["count", "--n_emdb=64"])
+        with pytest.raises(SystemExit, match="usage"):
+            scaling.main(["counts"])
+    finally:
+        os.chdir(cwd)
+
+
+# -----------------------------------------------------------------------------------------------------------------
+# fits: each recovers known parameters from synthetic data generated by its own law on a paper-shaped grid with
+# 0.005-nat noise (small restart and bootstrap counts keep the tests fast)
+
+
+NOISE = 0.005
+# Schwethelm et al. grid: budgets and the widths s (d = 64 s) swept at each (Table 6)
+GRID = {4.64e17: (6, 8, 10, 12), 1e18: (6, 8, 10, 12, 14), 2.15e18: (8, 10, 12, 14, 16),
+        4.64e18: (10, 12, 14, 16, 18, 20), 1e19: (12, 16, 18, 20, 24), 2.15e19: (18, 24, 28, 34)}
+JOINT_TRUTH = dict(A=58.0, alpha=0.2, B=900.0, beta=0.37, E=1.57, phi=0.46)
+
+
+def joint_rows(truth=JOINT_TRUTH, seed=0, loops=(1, 2, 4, 8)):
+    """Runs of the iso-depth grid with losses from the joint law (Schwethelm et al. eq. 5) plus noise."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for C, widths in GRID.items():
+        for r in loops:
+            for s in widths:
+                d = 64 * s
+                once = 48 * d * d if r > 1 else 240 * d * d
+                rec = (16 // r) * 12 * d * d + 2 * d * d if r > 1 else 0
+                F = 6 * (once + r * rec) + 6 * d * 32064 + 12 * d * 2048 * 20
+                n_eff = once + r ** truth["phi"] * rec
+                loss = truth["E"] + truth["A"] * n_eff ** -truth["alpha"] + truth["B"] * (C / F) ** -truth["beta"]
+                rows.append(dict(arch=f"r{r}", n_loop=r, n_embd=d, flops_budget=C, tokens=C / F,
+                                 flops_per_token=F, params_once_nonembed=once, params_rec_nonembed=rec,
+                                 params_unique_nonembed=once + rec, val_loss=loss + NOISE * rng.standard_normal()))
+    return rows
+
+
+def test_batched_fit_matches_scipy_from_the_same_starts():
+    import scipy.optimize
+    rows = joint_rows(seed=1)
+    data = scaling.rows_law_data(rows)
+    ours = scaling.fit_law(data, restarts=6, seed=3)
+    lo, hi = scaling.BOX[:, 0], scaling.BOX[:, 1]
+    starts = lo + np.random.default_rng(3).random((6, 6)) * (hi - lo)
+    best = min(scipy.optimize.minimize(lambda t: [v[0] / 1e-3 for v in scaling.law_objective(t[None], data)],
+                                       x, jac=True, method="L-BFGS-B", bounds=scaling.BOX,
+                                       options=dict(maxiter=10000)).fun for x in starts) * 1e-3
+    assert ours["huber"] <= best * (1 + 1e-6)
+
+
+def test_law_objective_gradient_is_exact():
+    data = scaling.rows_law_data(joint_rows(seed=2))
+    theta = np.array([[3.5, 0.25, 7.0, 0.35, 0.4, 0.6]])
+    f, g = scaling.law_objective(theta, data)
+    eps = 1e-6
+    for i in range(6):
+        step = np.zeros_like(theta)
+        step[0, i] = eps
+        up, down = scaling.law_objective(theta + step, data)[0], scaling.law_objective(theta - step, data)[0]
+        numeric = (up - down) / 2 / eps
+        assert abs(numeric[0] - g[0, i]) <= 1e-6 * max(1.0, abs(g[0, i])), i
+
+
+def test_joint_fit_recovers_phi():
+    result = scaling.fit_joint(joint_rows(), restarts=32, n_boot=20, seed=0)
+    free, ci = result["free"], result["bootstrap"]["phi_ci"]
+    assert abs(free["phi"] - JOINT_TRUTH["phi"]) < 0.05
+    assert ci[0] <= JOINT_TRUTH["phi"] <= ci[1] and ci[1] - ci[0] < 0.3
+    assert abs(free["alpha"] - JOINT_TRUTH["alpha"]) < 0.05 and abs(free["beta"] - JOINT_TRUTH["beta"]) < 0.05
+    assert free["r2"] > result["phi=1"]["r2"] and free["r2"] > result["phi=0"]["r2"]
+    assert abs(result["low_budgets"]["phi"] - JOINT_TRUTH["phi"]) < 0.1
+    eq = result["equivalent_size"]["4"]  # Schwethelm App. F.4: 8/20 unique, (4 + 4*4^phi)/20 effective
+    assert abs(eq["N_ratio"] - (8 + 2 / 12) / 20) < 1e-9
+    assert abs(eq["N_eff_ratio"] - (4 + 4 ** free["phi"] * (4 + 2 / 12)) / 20) < 1e-9
+
+
+def test_chinchilla_fit_recovers_exponents():
+    truth = dict(A=400.0, alpha=0.34, B=410.0, beta=0.28, E=1.69)  # Hoffmann et al. 2022's values
+    rows = [r for r in joint_rows(dict(truth, phi=0.0), loops=(1,))]
+    result = scaling.fit_chinchilla(rows, restarts=24)["r1"]
+    assert abs(result["alpha"] - truth["alpha"]) < 0.05 and abs(result["beta"] - truth["beta"]) < 0.05
+    assert abs(result["E"] - truth["E"]) < 0.05 and result["r2"] > 0.99
+    # with F = k N the optimum is N* ∝ C^(beta/(alpha+beta)); the empirical F(N) bends it a little
+    assert abs(result["N_opt_exponent"] - truth["beta"] / (truth["alpha"] + truth["beta"])) < 0.08
+    assert abs(result["a_D"] - result["beta"] / (result["alpha"] + result["beta"])) < 1e-12
+
+
+def isoflop_rows(alpha=0.076, k=11.0, curvature=0.08, seed=0):
+    """Lee et al. grid: four budgets, five widths around each optimum; parabolas in ln N with minima on a power law."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for arch, shift in (("base", 1.0), ("looped_moe", 1.3)):
+        for C in (5e16, 2e17, 5e17, 1e18):
+            n_opt = shift * 0.11 * math.sqrt(C / 6)  # N* ∝ C^0.5
+            loss_opt = k * n_opt ** -alpha
+            for offset in (-1.0, -0.5, 0.0, 0.5, 1.0):
+                n = n_opt * math.exp(offset + 0.1 * rng.standard_normal())
+                loss = loss_opt + curvature * math.log(n / n_opt) ** 2 + NOISE * rng.standard_normal()
+                rows.append(dict(arch=arch, flops_budget=C, params_active=n, tokens=C / (6 * n), val_loss=loss))
+    return rows
+
+
+def test_isoflop_fit_recovers_alpha():
+    result = scaling.fit_isoflop(isoflop_rows(), n_boot=100)
+    for arch in ("base", "looped_moe"):
+        assert abs(result[arch]["alpha"] - 0.076) < 0.01
+        lo, hi = result[arch]["alpha_ci"]
+        assert lo <= 0.076 <= hi and hi - lo < 0.05
+        assert abs(result[arch]["a_N"] - 0.5) < 0.1
+
+
+def lr_rows(seed=0):
+    """Loss-vs-LR curves: quadratic in ln lr with optima that drift with width (muP would keep them fixed)."""
+    rng = np.random.default_rng(seed)
+    rows, best = [], {128: 3e-3, 256: 3e-3, 512: 4e-3, 1024: 6e-3}
+    for d, lr_star in best.items():
+        for lr in 1e-3 * 2 ** np.arange(0, 5, 0.5):
+            loss = 3.0 - 0.1 * math.log2(d) + 0.05 * math.log(lr / lr_star) ** 2 + 0.001 * rng.standard_normal()
+            rows.append(dict(arch="base", n_embd=d, lr=float(lr), val_loss=loss))
+    return rows, best
+
+
+def test_lr_fit_finds_optima_and_regret():
+    rows, best = lr_rows()
+    result = scaling.fit_lr(rows, group=("n_embd",), panel="arch")["base"]
+    assert result["reference"] == "128"
+    for d, lr_star in best.items():
+        g = result["groups"][str(d)]
+        assert abs(math.log(g["lr_opt"] / lr_star)) < 0.15
+        expected = 0.05 * math.log(result["transferred_lr"] / lr_star) ** 2
+        assert abs(g["regret"] - expected) < 0.006
+    assert result["max_regret"] == max(g["regret"] for g in result["groups"].values()) > 0.02
+    assert abs(result["groups"]["128"]["regret"]) < 1e-12  # the reference's own optimum
+
+
+def test_fit_cli_writes_figures(tmp_path, capsys):
+    path = tmp_path / "results.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in joint_rows(loops=(1, 4))))
+    scaling.main(["fit", str(path), "--law=joint", "--restarts=8", "--bootstrap=3", "--workers=1",
+                  "--budgets=(4.64e17, 1e18, 2.15e18)"])
+    printed = json.loads(capsys.readouterr().out)
+    assert "phi" in printed["free"] and (tmp_path / "fit_joint.png").exists()
+    assert json.loads((tmp_path / "fit_joint.json").read_text())["free"]["phi"] == printed["free"]["phi"]
+    for law in ("chinchilla", "isoflop"):
+        scaling.main(["fit", str(path), f"--law={law}", "--restarts=8", "--bootstrap=10", "--budgets=(1e18, 2.15e18)",
+                      "--n_key=params_unique_nonembed"])
+        assert (tmp_path / f"fit_{law}.png").exists()
+    lr_path = tmp_path / "lr.jsonl"
+    lr_path.write_text("".join(json.dumps(r) + "\n" for r in lr_rows()[0]))
+    scaling.main(["fit", str(lr_path), "--law=lr"])
+    assert (tmp_path / "fit_lr.png").exists()
+    with pytest.raises(SystemExit, match="no runs left"):
+        scaling.main(["fit", str(path), "--law=joint", "--loops=(3,)"])
+
+
+def test_injection_ablation_tokens():
+    """Schwethelm et al. Table 5 (s=10, r=4, C=1e18): linear injection 955M tokens, the parameter-free variants and
+    hyper-connections 973M."""
+    for overrides, paper in ((dict(injection="linear"), 955e6), (dict(injection="additive"), 973e6),
+                             (dict(injection="none"), 973e6), (dict(injection="none", hc_lanes=2), 973e6)):
+        if pending(_build_looped):
+            pytest.skip("loop.build_model raises NotImplementedError for looped configs (not landed)")
+        model = scaling.model_on_meta(preset("isodepth", n_embd=640, n_loop=4, n_layer=4, **overrides))
+        assert abs(scaling.tokens_for_budget(1e18, model, "schwethelm") / paper - 1) < 0.005, overrides
+
+
+# -----------------------------------------------------------------------------------------------------------------
+# sweeps
+
+
+def test_planner_tokens_follow_the_budget(monkeypatch):
+    monkeypatch.chdir(ROOT)
+    spec = scaling.load_spec("config/sweeps/isoflop_cpu.py")
+    for q in scaling.plan(spec):
+        per_step = q["train"]["batch_size"] * q["model"].block_size * q["train"]["grad_accum"]
+        exact = q["point"].flops_budget / (6 * q["params_active"])  # Lee et al.: D = C / (6 N_active)
+        assert q["tokens"] == q["steps"] * per_step and q["model"].vocab_size == 257  # the byte tokenizer
+        assert abs(q["tokens"] - exact) <= per_step / 2 or q["steps"] == 1
+
+
+@needs_loop
+def test_planner_reproduces_table6_tokens(monkeypatch):
+    """The paper-scale iso-depth plan with the paper's vocabulary (not the GPT-2 one training would use): r=1 tokens
+    within 1.5% of Table 6 at budgets <= 2.15e18, and the HyperP LR of each point."""
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setattr(scaling, "TOKENIZER_VOCAB", {})
+    spec = scaling.load_spec("config/sweeps/isodepth_paper.py")
+    spec["points"] = lambda: [p for p in spec["grid"]((1,), (4.64e17, 1e18, 2.15e18))]
+    planned = scaling.plan(spec)
+    assert len(planned) == 4 + 5 + 5
+    for q in planned:
+        s, C = q["point"].fields["s"], q["point"].flops_budget
+        paper = SCHWETHELM_TOKENS[s][BUDGETS.index(C)] * 1e9
+        assert abs(q["tokens"] / paper - 1) < 0.015, (s, C)
+        assert q["train"]["lr"] == pytest.approx(0.014 * (q["tokens"] / 1e9) ** -0.32)
+
+
+FAKE_TRAIN = r'''
+import json, os, signal, sys
+args = dict(a[2:].split("=", 1) for a in sys.argv[1:] if a.startswith("--") and "=" in a)
+out = args["out_dir"]
+with open(os.environ["FAKE_LOG"], "a") as f:
+    f.write(json.dumps({"point": os.path.basename(out), "resume": "--resume" in sys.argv}) + "\n")
+os.makedirs(out, exist_ok=True)
+if os.environ.get("FAKE_KILL") == os.path.basename(out):  # killed halfway: a checkpoint but no result
+    open(os.path.join(out, "ckpt.pt"), "w").write("partial")
+    os.kill(os.getpid(), signal.SIGKILL)
+if os.environ.get("FAKE_FAIL") == os.path.basename(out):
+    sys.exit(1)
+result = {"val_loss": 3 + 64 / float(args["n_embd"]), "tokens": 1000, "flops": float(args["flops_budget"]),
+          "wall_s": 0.01, "steps": 1, "params_unique": 1}
+json.dump(result, open(os.path.join(out, "result.json"), "w"))
+json.dump({"train": args, "model": {}}, open(os.path.join(out, "config.json"), "w"))
+'''
+
+
+def test_interrupted_sweep_runs_each_point_once(tmp_path, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    fake = tmp_path / "fake_train.py"
+    fake.write_text(FAKE_TRAIN)
+    log = tmp_path / "log.jsonl"
+    monkeypatch.setenv("FAKE_LOG", str(log))
+    spec = dict(name="t", out_dir=str(tmp_path / "sweep"), archs={"base": ["config/sparse_base.py"]},
+                budgets=[1e9, 2e9], widths=[32, 64], runner=[sys.executable, str(fake)],
+                common=dict(n_layer=2, head_dim=16, tokenizer="byte", block_size=32, batch_size=2))
+    names = [p.name for p in scaling.grid_points(spec)]
+    results = tmp_path / "sweep" / "results.jsonl"
+
+    def invocations():
+        return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+
+    monkeypatch.setenv("FAKE_KILL", names[2])
+    with pytest.raises(SystemExit, match="killed"):
+        scaling.run_sweep(spec)
+    assert [r["point"] for r in scaling.read_results(str(results))] == names[:2]
+    monkeypatch.delenv("FAKE_KILL")
+    scaling.run_sweep(spec)  # resumes: the killed point again (with --resume), then the rest
+    calls = invocations()
+    assert [c["point"] for c in calls] == names[:3] + names[2:]
+    assert [c["resume"] for c in calls] == [False, False, False, True, False]
+    rows = scaling.read_results(str(results))
+    assert sorted(r["point"] for r in rows) == sorted(names) and all(r["status"] == "ok" for r in rows)
+    row = rows[0]
+    assert row["arch"] == "base" and row["n_embd"] == 32 and row["flops_budget"] == 1e9 and row["git_rev"]
+    assert row["params_unique_nonembed"] > 0 and "config" in row and row["val_loss"] == 5.0
+
+    scaling.run_sweep(spec)  # nothing left to do
+    assert len(invocations()) == 5
+    results.write_text("".join(line + "\n" for line in results.read_text().splitlines()[:-1]))
+    scaling.run_sweep(spec)  # a finished run whose row was lost: the row comes back without a rerun
+    assert len(invocations()) == 5 and len(scaling.read_results(str(results))) == 4
+
+    spec["widths"] = [32, 64, 96]  # one more width; its first budget fails
+    failing = [p.name for p in scaling.grid_points(spec) if p.name not in names][0]
+    monkeypatch.setenv("FAKE_FAIL", failing)
+    scaling.run_sweep(spec)
+    rows = {r["point"]: r for r in scaling.read_results(str(results))}
+    assert rows[failing]["status"] == "failed" and rows[failing]["val_loss"] is None and len(rows) == 6
+    scaling.run_sweep(spec)  # a failed point is not retried by default
+    assert len(invocations()) == 7
+    monkeypatch.delenv("FAKE_FAIL")
+    scaling.run_sweep(spec, retry_failed=True)
+    assert len(invocations()) == 8
+
+
+def test_every_sweep_spec_plans(monkeypatch, capsys):
+    """Each spec under config/sweeps/ parses as train.py would parse its points (bad keys stop here)."""
+    monkeypatch.chdir(ROOT)
+    specs = sorted(f for f in os.listdir("config/sweeps") if f.endswith(".py"))
+    assert len(specs) >= 10
+    for name in specs:
+        spec = scaling.load_spec(os.path.join("config/sweeps", name))
+        points = scaling.grid_points(spec)
+        assert points, name
+        scaling.point_settings(spec, points[0])
+        scaling.point_settings(spec, points[-1])
