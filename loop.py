@@ -1,19 +1,673 @@
 """
-Looped transformers (work in progress: the loop.py issue fills this file with LoopedGPT).
+Looped (weight-tied, recurrent-depth) transformers: every looped model of the five papers is a configuration of
+one class, LoopedGPT(GPT), and a plain transformer is the looped model with one pass.
 
-build_model / load_model are the one place that turns a config or a run directory into a model.
+    embedding -> [norm] -> prelude (n_prelude unshared layers)
+              -> n_loop passes of the shared block (n_layer layers), each pass: inject -> layers -> [norm]
+              -> coda (n_coda unshared layers) -> final norm -> head
+
+Depth plans (config keys, not the papers' symbols; DESIGN.md maps them):
+- full loop: n_prelude = n_coda = 0 (Lee et al. 2026; Jeddi et al. 2026; Wang et al. 2026).
+- prelude / recur / coda with input injection and the model-level norms (Schwethelm et al. 2026,
+  arXiv:2604.21106): injection="linear" (u = W[e||h], W = [I|0] at init), "additive" (u = h + e, h0 = 0) or
+  "none" (their "passthrough", u = h); loop_norm=True; hyper-connection lanes at loop boundaries (hc_lanes);
+  truncated BPTT (bptt_loops).
+- sandwich loop (Chen et al. 2026, arXiv:2606.04438): prelude + shared block + coda, injection="none",
+  sandwich_norm=True, loop_cond="iteradaln".
+Per-loop conditioning of the shared blocks (loop_cond): "index" (TMLT: the loop index), "loopformer" (normalised
+time t and step size dt), "iteradaln" (iteration + per-token state). Residual-branch multipliers (Wang et al.
+2026, arXiv:2606.18524): residual_scaling. Elastic depth (Jeddi et al. 2026): run the walk with any schedule of
+step sizes (set_schedule / walk(schedule=...)), and train with the shortcut-consistency objective (elastic).
+
+The walk (LoopedGPT.walk) is the only forward code path: forward, generation, early exit and analyses all use it.
+The blocks are compiled one by one (GPT.compile_blocks) and the loop stays in Python, so a new loop count never
+recompiles a block: per-loop conditioning and residual multipliers enter the block as tensor arguments.
+
+Also here: build_model / load_model (the one place turning configs and checkpoints into models) and MuonH, the
+optimizer of Schwethelm et al. (train.py --optimizer=muonh).
 """
+import math
 import os
+from contextlib import nullcontext
 
+import numpy as np
 import torch
+import torch.nn as nn
+import torch.nn.functional as F
 
-from model import GPT, GPTConfig
+from model import GPT, GPTConfig, Label, RMSNorm, add_aux
+
+# the GPTConfig fields of the "looping" section; a config that leaves all of them at their defaults is plain
+LOOP_FIELDS = ("n_loop", "n_prelude", "n_coda", "injection", "hc_lanes", "loop_norm", "bptt_loops",
+               "residual_scaling", "residual_lambda", "residual_ref_layers", "loop_cond", "cond_init",
+               "elastic", "shortcut_weight", "consistency_weight", "consistency_on", "trajectory_sampler")
+
+
+def is_looped(config):
+    defaults = GPTConfig.__dataclass_fields__
+    return any(getattr(config, name) != defaults[name].default for name in LOOP_FIELDS)
+
+
+def check_loop_config(cfg):
+    """Stop with a message that says what to change when the looping keys do not fit together."""
+    def need(cond, msg):
+        if not cond:
+            raise ValueError(f"GPTConfig (looping): {msg}")
+    choices = dict(injection=("none", "linear", "additive"), loop_cond=("none", "index", "loopformer", "iteradaln"),
+                   residual_scaling=("none", "sqrt", "linear", "factorized"), cond_init=("zero", "normal"),
+                   elastic=("none", "shortcut", "early_exit", "random_depth"), consistency_on=("hidden", "logits"),
+                   trajectory_sampler=("greedy", "uniform"))
+    for key, allowed in choices.items():
+        need(getattr(cfg, key) in allowed, f"{key} must be one of {' | '.join(allowed)}, got {getattr(cfg, key)!r}")
+    need(cfg.n_prelude >= 0 and cfg.n_coda >= 0, "n_prelude and n_coda must be >= 0")
+    need(0 <= cfg.bptt_loops <= cfg.n_loop, f"bptt_loops={cfg.bptt_loops} must be in 0..n_loop={cfg.n_loop} (0 = all)")
+    need(cfg.hc_lanes == 0 or cfg.hc_lanes >= 2, "hc_lanes must be 0 (off) or >= 2 (Schwethelm et al. use 2)")
+    need(cfg.hc_lanes == 0 or cfg.injection == "none",
+         f"hyper-connections replace the input injection: set injection='none' (got {cfg.injection!r})")
+    need(cfg.elastic == "none" or cfg.n_loop >= 2, f"elastic={cfg.elastic!r} needs n_loop >= 2")
+    need(cfg.elastic != "shortcut" or cfg.loop_cond == "loopformer",
+         "elastic='shortcut' trains LoopFormer trajectories: set loop_cond='loopformer' (or use elastic='early_exit')")
+
+
+# -----------------------------------------------------------------------------------------------------------------
+# per-loop conditioning
+
+
+def sinusoidal(value, dim=256, max_period=10000.0, device=None):
+    """(1, dim) features [cos(value*w_k), sin(value*w_k)], w_k = max_period^(-k/(dim/2)), k = 0..dim/2-1: the DiT
+    timestep encoding (Peebles & Xie 2023) used by TMLT, LoopFormer (Jeddi et al. 2026, arXiv:2602.11451, §3.2;
+    t in [0, 1] enters as is) and IterAdaLN (Chen et al. 2026, arXiv:2606.04438, §3.3)."""
+    half = dim // 2
+    freqs = torch.exp(-math.log(max_period) * torch.arange(half, dtype=torch.float32, device=device) / half)
+    angles = float(value) * freqs
+    return torch.cat([angles.cos(), angles.sin()])[None]
+
+
+class ScalarEmbedder(nn.Module):
+    """A scalar (loop index, time t, step size dt) -> sinusoidal(256) -> Linear -> SiLU -> Linear: (1, C)."""
+
+    def __init__(self, n_embd, freq_dim=256):
+        super().__init__()
+        self.freq_dim = freq_dim
+        self.mlp = nn.Sequential(nn.Linear(freq_dim, n_embd), nn.SiLU(), nn.Linear(n_embd, n_embd))
+
+    def forward(self, value):
+        w = self.mlp[0].weight
+        return self.mlp(sinusoidal(value, self.freq_dim, device=w.device).to(w.dtype))
+
+    def reset_special(self):
+        for layer in (self.mlp[0], self.mlp[2]):
+            nn.init.zeros_(layer.bias)
+
+
+def zero_or_normal_(linear, how):
+    """The papers zero-initialise a modulator's output (so a modulated block starts as the identity);
+    LoopFormer's released code ends up with N(0, 0.02) weights instead (its global init runs after the zeroing)."""
+    nn.init.zeros_(linear.bias)
+    if how == "zero":
+        nn.init.zeros_(linear.weight)
+    else:
+        nn.init.normal_(linear.weight, 0.0, 0.02)
+
+
+class AdaLNModulator(nn.Module):
+    """adaLN-zero modulator of one shared block for TMLT (loop index) and LoopFormer (t, dt): SiLU -> Linear(C, 4C)
+    on the loop embedding c, chunked as (alpha_msa, alpha_mlp, gamma_msa, gamma_mlp) (Jeddi et al. 2026,
+    arXiv:2602.11451, §3.2): x + alpha * Branch(norm(x) * (1 + gamma)) with affine-free norms, no shift."""
+
+    def __init__(self, n_embd, init="zero"):
+        super().__init__()
+        self.proj = nn.Linear(n_embd, 4 * n_embd)
+        self.init_kind = init
+        self.reset_special()
+
+    def chunks(self, c):  # c: (1, C) -> four (1, 1, C)
+        return self.proj(F.silu(c)).unsqueeze(1).chunk(4, dim=-1)
+
+    def attn(self, x, c):
+        gate, _, scale, _ = self.chunks(c)
+        return scale, None, gate
+
+    def ffn(self, m, c):
+        _, gate, _, scale = self.chunks(c)
+        return scale, None, gate
+
+    def reset_special(self):
+        zero_or_normal_(self.proj, self.init_kind)
+
+
+class IterAdaLNModulator(nn.Module):
+    """IterAdaLN of one shared layer (Chen et al. 2026, arXiv:2606.04438, §3.3, Eqs. 3-9):
+    c_attn = Linear_attn(h) + v_k, (gamma, beta, alpha) = MLP_attn(c_attn);  c_ffn = Linear_ffn(m) + v_k,
+    (gamma, beta) = MLP_ffn(c_ffn); MLP = SiLU -> Linear with a zero-initialised output [INF: the paper does not give
+    its inner structure]; the norm is (1 + gamma) * rmsnorm(h) + beta and alpha gates the attention branch only.
+    h is the layer input, m the state after the attention update, v_k the shared iteration embedding."""
+
+    def __init__(self, n_embd, init="zero"):
+        super().__init__()
+        self.token_attn = nn.Linear(n_embd, n_embd, bias=False)
+        self.out_attn = nn.Linear(n_embd, 3 * n_embd)
+        self.token_ffn = nn.Linear(n_embd, n_embd, bias=False)
+        self.out_ffn = nn.Linear(n_embd, 2 * n_embd)
+        self.init_kind = init
+        self.reset_special()
+
+    def attn(self, x, v):  # x: (B, T, C), v: (1, C)
+        gamma, beta, alpha = self.out_attn(F.silu(self.token_attn(x) + v)).chunk(3, dim=-1)
+        return gamma, beta, alpha
+
+    def ffn(self, m, v):
+        gamma, beta = self.out_ffn(F.silu(self.token_ffn(m) + v)).chunk(2, dim=-1)
+        return gamma, beta, None
+
+    def reset_special(self):
+        zero_or_normal_(self.out_attn, self.init_kind)
+        zero_or_normal_(self.out_ffn, self.init_kind)
+
+
+class LoopCond:
+    """What Block.forward receives as `cond` in one pass: the block's modulator bound to this pass's embedding c.
+    A plain object, so the compiled block traces through it and c (a tensor) is a graph input."""
+
+    def __init__(self, modulator, c):
+        self.modulator, self.c = modulator, c
+
+    def attn(self, x):
+        return self.modulator.attn(x, self.c)
+
+    def ffn(self, m):
+        return self.modulator.ffn(m, self.c)
+
+
+# -----------------------------------------------------------------------------------------------------------------
+# between the passes: input injection and hyper-connections (Schwethelm et al. 2026, arXiv:2604.21106)
+
+
+class LinearInjection(nn.Module):
+    """u = W [e || h], W in R^{C x 2C} initialised [I | 0], so the first pass sees the prelude output e unchanged
+    (Schwethelm et al. 2026, arXiv:2604.21106, App. C.1, Eq. 7; the concat injection of Geiping et al. 2025)."""
+
+    def __init__(self, n_embd):
+        super().__init__()
+        self.proj = nn.Linear(2 * n_embd, n_embd, bias=False)
+        self.reset_special()
+
+    def forward(self, e, h):
+        return self.proj(torch.cat([e, h], dim=-1))
+
+    @torch.no_grad()
+    def reset_special(self):
+        C = self.proj.out_features
+        self.proj.weight.zero_()
+        self.proj.weight[:, :C].copy_(torch.eye(C))
+
+
+class HyperConnections(nn.Module):
+    """K parallel lanes l (K, B, T, C) mixed at every loop boundary (Schwethelm et al. 2026, arXiv:2604.21106,
+    App. G.1, Eq. 9, after Zhu et al. 2025): u_i = alpha_i . l_i, s_i = RecurBlock(u_i), l_{i+1} = M_i l_i +
+    beta_i (x) s_i, with l_0 = (e, ..., e) and per-pass alpha_i, beta_i in R^K, M_i in R^{K x K}; cyclic init
+    alpha_i = e_{i mod K}, M_i = I, beta_i = 1. The coda (and every early exit) reads the summed lanes."""
+
+    def __init__(self, n_lanes, n_loop):
+        super().__init__()
+        self.alpha = nn.Parameter(torch.zeros(n_loop, n_lanes))
+        self.mix = nn.Parameter(torch.zeros(n_loop, n_lanes, n_lanes))
+        self.beta = nn.Parameter(torch.zeros(n_loop, n_lanes))
+        self.reset_special()
+
+    def start(self, e):
+        return e.unsqueeze(0).expand(self.alpha.size(1), *e.shape)  # (K, B, T, C)
+
+    def read(self, lanes, i):
+        return torch.einsum("k,kbtc->btc", self.alpha[i].to(lanes.dtype), lanes)
+
+    def write(self, lanes, s, i):
+        mixed = torch.einsum("jk,kbtc->jbtc", self.mix[i].to(lanes.dtype), lanes)
+        return mixed + self.beta[i].to(s.dtype)[:, None, None, None] * s
+
+    @torch.no_grad()
+    def reset_special(self):
+        n_loop, K = self.alpha.shape
+        self.alpha.zero_()
+        self.alpha[torch.arange(n_loop), torch.arange(n_loop) % K] = 1.0
+        self.mix.copy_(torch.eye(K).expand(n_loop, K, K))
+        self.beta.fill_(1.0)
+
+
+# -----------------------------------------------------------------------------------------------------------------
+# residual scaling (Wang et al. 2026, arXiv:2606.18524)
+
+
+def residual_multiplier(cfg):
+    """The multiplier on every attention and FFN branch of the shared blocks (Wang et al. 2026, §5 and App. 8.2):
+    none 1, sqrt n_loop^-1/2, linear 1/n_loop, factorized lambda / n_loop * (n_layer / L_ref)^-1/2."""
+    N = cfg.n_loop
+    return {"none": 1.0, "sqrt": N ** -0.5, "linear": 1.0 / N,
+            "factorized": cfg.residual_lambda / N * (cfg.n_layer / cfg.residual_ref_layers) ** -0.5,
+            }[cfg.residual_scaling]
+
+
+def depth_lr_factor(cfg):
+    """m_L^-1/2 = (n_layer / L_ref)^-1/2: factor on the hidden (looped-stack) LR and AdamW eps under
+    residual_scaling='factorized' (Wang et al. 2026, arXiv:2606.18524, Table 1; CompleteP with alpha = 1/2)."""
+    return (cfg.n_layer / cfg.residual_ref_layers) ** -0.5 if cfg.residual_scaling == "factorized" else 1.0
+
+
+# -----------------------------------------------------------------------------------------------------------------
+# trajectories (Jeddi et al. 2026, arXiv:2602.11451, §3.3)
+
+
+def sample_trajectory(n_loop, rng, kind="greedy"):
+    """A shortcut trajectory for a model trained with n_loop (= L) passes: S ~ U{1..L-1} steps whose sizes are
+    multiples of 1/L summing to 1, returned as integer units (Delta_i = units_i / L).
+    greedy  (the released code's sampler): each of the first S-1 steps is uniform over the sizes that still leave
+            one unit for every later step; the last step takes the rest.
+    uniform (the paper's prose, "uniformly draw the schedule"): uniform over the compositions of L into S parts."""
+    L = n_loop
+    S = int(rng.integers(1, L))  # 1..L-1
+    if kind == "uniform":
+        cuts = np.sort(rng.choice(np.arange(1, L), size=S - 1, replace=False))
+        return np.diff(np.concatenate([[0], cuts, [L]])).tolist()
+    units, remaining = [], L
+    for steps_left in range(S, 1, -1):
+        cap = remaining - (steps_left - 1)  # leave one unit per later step
+        u = int(rng.integers(1, cap + 1))
+        units.append(u)
+        remaining -= u
+    return units + [remaining]
+
+
+def uniform_schedule(n):
+    return [1.0 / n] * n
+
+
+# -----------------------------------------------------------------------------------------------------------------
+# the model
+
+
+class LoopedGPT(GPT):
+    """GPT whose depth is a plan of (layer, loop) steps. self.blocks holds the prelude, the shared block and the
+    coda modules, in that order; Label.layer indexes it."""
+
+    def __init__(self, config):
+        check_loop_config(config)
+        super().__init__(config)
+        cfg, C = config, config.n_embd
+        looping = cfg.n_loop > 1
+        self.norm_embed = RMSNorm(C, cfg.norm_eps, cfg.norm_gain) if cfg.loop_norm else None
+        self.norm_loop = RMSNorm(C, cfg.norm_eps, cfg.norm_gain) if cfg.loop_norm else None
+        self.inject = LinearInjection(C) if (cfg.injection == "linear" and looping) else None
+        self.hc = HyperConnections(cfg.hc_lanes, cfg.n_loop) if cfg.hc_lanes else None
+        self.loop_embed = ScalarEmbedder(C) if cfg.loop_cond != "none" else None  # index / t / iteration k
+        self.step_embed = ScalarEmbedder(C) if cfg.loop_cond == "loopformer" else None  # dt
+        eps = residual_multiplier(cfg)
+        if cfg.residual_scaling != "none":  # a tensor, so that the compiled block never specialises on its value
+            scales = [eps if self.part(i) == "loop" else 1.0 for i in range(len(self.blocks))]
+            self.register_buffer("res_scales", torch.tensor(scales), persistent=False)
+        else:
+            self.res_scales = None
+        self.schedule = None  # elastic depth: None = n_loop uniform steps (see set_schedule)
+        self.sample_index, self.sample_seed = None, 0  # the trajectory sampler's position (set_micro_batch)
+        self.sample_counter = 0
+
+    # ---- structure ----
+    def n_block_modules(self):
+        c = self.config
+        return c.n_prelude + c.n_layer + c.n_coda
+
+    def part(self, i):
+        c = self.config
+        return "prelude" if i < c.n_prelude else "loop" if i < c.n_prelude + c.n_layer else "coda"
+
+    def make_block(self, index):
+        """Prelude, shared and coda layers are ordinary Blocks (MoE or not, as moe.py decides per index). A
+        conditioned shared block gets a modulator and affine-free pre-norms (the modulation supplies the scale)."""
+        block = super().make_block(index)
+        cfg = self.config
+        if cfg.loop_cond != "none" and self.part(index) == "loop":
+            block.norm_attn.weight = None
+            block.norm_ffn.weight = None
+            kind = IterAdaLNModulator if cfg.loop_cond == "iteradaln" else AdaLNModulator
+            block.modulator = kind(cfg.n_embd, cfg.cond_init)
+        return block
+
+    def loop_count(self, schedule=None):
+        return len(self.resolve_schedule(schedule))
+
+    def n_slots(self):
+        c = self.config
+        return c.n_prelude + self.loop_count() * c.n_layer + c.n_coda
+
+    def block_executions(self, training=True):
+        """(forward runs, backward runs) per module of self.blocks in one forward pass at the current schedule.
+        Truncated BPTT: the shared layers run n_loop times but build a graph only in the last bptt_loops passes.
+        training=True adds the elastic objective's expected extra work: the LoopFormer shortcut pass runs
+        E[S] = n_loop/2 more times; random_depth runs E[S] = (n_loop+1)/2 passes instead of n_loop."""
+        cfg = self.config
+        n = self.loop_count()
+        fwd, bwd = n, (min(cfg.bptt_loops, n) if cfg.bptt_loops else n)
+        if training and cfg.elastic == "shortcut":
+            fwd, bwd = fwd + n / 2, bwd + n / 2
+        elif training and cfg.elastic == "random_depth":
+            fwd = bwd = (n + 1) / 2
+        return [(fwd, bwd) if self.part(i) == "loop" else (1, 1) for i in range(len(self.blocks))]
+
+    def module_executions(self, training=True):
+        """Runs per token (forward, backward) of the modules that do not run exactly once per token, for
+        scaling.py: the injection and the end-of-pass norm run once per pass; the loop embedders and the adaLN
+        modulators of TMLT / LoopFormer work once per pass per sequence (0 per token); hyper-connection lane mixing
+        is counted by scaling.py itself."""
+        cfg = self.config
+        per_pass = self.block_executions(training)[cfg.n_prelude]
+        out = {name: per_pass for name in ("inject", "norm_loop") if getattr(self, name) is not None}
+        out.update({name: (0, 0) for name in ("hc", "loop_embed", "step_embed") if getattr(self, name) is not None})
+        if cfg.loop_cond in ("index", "loopformer"):
+            out.update({f"blocks.{i}.modulator": (0, 0) for i in range(len(self.blocks)) if self.part(i) == "loop"})
+        return out
+
+    # ---- elastic depth ----
+    def resolve_schedule(self, schedule=None):
+        """A schedule is a list of step sizes dt summing to 1 (one pass each), or an int M (M uniform steps).
+        None means the model's current schedule (set_schedule), by default n_loop uniform steps."""
+        schedule = self.schedule if schedule is None else schedule
+        if schedule is None:
+            return uniform_schedule(self.config.n_loop)
+        if isinstance(schedule, int):
+            schedule = uniform_schedule(schedule)
+        schedule = [float(s) for s in schedule]
+        if not schedule or min(schedule) <= 0 or abs(sum(schedule) - 1) > 1e-6:
+            raise ValueError(f"a schedule is a non-empty list of positive step sizes summing to 1 (or an int), "
+                             f"got {schedule}")
+        if self.hc is not None and len(schedule) > self.config.n_loop:
+            raise ValueError(f"hyper-connections have parameters for n_loop={self.config.n_loop} passes; "
+                             f"a schedule of {len(schedule)} steps is too long")
+        return schedule
+
+    def set_schedule(self, schedule=None):
+        """Run every later forward (and generate) with this schedule: an int M or a list of step sizes; None
+        restores n_loop uniform steps. Elastic evaluation at budget M (Jeddi et al. 2026, Algorithm 2)."""
+        self.resolve_schedule(schedule)  # validate now
+        self.schedule = schedule
+
+    def set_micro_batch(self, index, seed=0):
+        """Seed the trajectory sampler of the elastic objective from (seed, global micro-batch index) so resumed
+        and DDP runs sample exactly what one uninterrupted process would. train.py calls it before each forward."""
+        self.sample_index, self.sample_seed = int(index), int(seed)
+
+    def sampler_rng(self):
+        index = self.sample_index
+        if index is None:  # nobody called set_micro_batch: fall back to a counter (deterministic, not resumable)
+            index, self.sample_counter = self.sample_counter, self.sample_counter + 1
+        return np.random.default_rng([self.sample_seed, index, 0x100F])
+
+    # ---- the depth walk ----
+    def loop_embedding(self, loop, t, dt):
+        """The conditioning vector c (1, C) of one pass, or None: TMLT embeds the loop index (0-based), IterAdaLN
+        the iteration k = loop + 1, LoopFormer e_t(t_{i-1}) + e_dt(dt_i)."""
+        kind = self.config.loop_cond
+        if kind == "none":
+            return None
+        if kind == "index":
+            return self.loop_embed(loop)
+        if kind == "iteradaln":
+            return self.loop_embed(loop + 1)
+        return self.loop_embed(t) + self.step_embed(dt)
+
+    def run_block(self, i, x, rope, cache, slot, loop, c, aux):
+        block = self.blocks[i]
+        if hasattr(block.ffn, "loop"):  # moe.py records (layer, loop) of each routing decision
+            block.ffn.loop = loop
+        cond = LoopCond(block.modulator, c) if c is not None else None
+        res_scale = self.res_scales[i] if self.res_scales is not None else 1.0
+        x, block_aux = block(x, rope, cache, slot, cond, res_scale)
+        add_aux(aux, block_aux)
+        return x
+
+    def walk(self, x, rope, cache=None, aux=None, schedule=None):
+        """Yield (Label, state) after every effective layer. x: embedded input (B, T, C). At the last layer of a
+        pass (boundary=True) the state is what the coda would read: after the end-of-pass norm, and with
+        hyper-connections the summed lanes. Passes before the last bptt_loops run without a graph."""
+        cfg = self.config
+        aux = {} if aux is None else aux
+        steps = self.resolve_schedule(schedule)
+        P, K = cfg.n_prelude, cfg.n_layer
+        index = 0
+        if self.norm_embed is not None:
+            x = self.norm_embed(x)
+        for i in range(P):
+            x = self.run_block(i, x, rope, cache, index, 0, None, aux)
+            yield Label(index, i, 0, False, "prelude"), x
+            index += 1
+
+        e = x  # the prelude output, injected into every pass
+        h = torch.zeros_like(e) if cfg.injection == "additive" else e
+        lanes = self.hc.start(e) if self.hc is not None else None
+        n_frozen = len(steps) - cfg.bptt_loops if (cfg.bptt_loops and torch.is_grad_enabled()) else 0
+        t = 0.0
+        for loop, dt in enumerate(steps):
+            # truncated BPTT (Schwethelm et al. 2026, App. G.1): the first passes build no graph, which detaches the
+            # state they hand on. Never yield inside the no_grad block: the caller would run without grad too.
+            frozen = torch.no_grad() if loop < n_frozen else nullcontext()
+            with frozen:
+                c = self.loop_embedding(loop, t, dt)
+                if lanes is not None:
+                    u = self.hc.read(lanes, loop)
+                elif self.inject is not None:
+                    u = self.inject(e, h)
+                elif cfg.injection == "additive":
+                    u = h + e
+                else:
+                    u = h
+            for j in range(K):
+                with frozen:
+                    u = self.run_block(P + j, u, rope, cache, index, loop, c, aux)
+                if j < K - 1:
+                    yield Label(index, P + j, loop, False, "loop"), u
+                    index += 1
+            with frozen:
+                s = self.norm_loop(u) if self.norm_loop is not None else u
+                if lanes is not None:
+                    lanes = self.hc.write(lanes, s, loop)
+                    h = lanes.sum(0)
+                else:
+                    h = s
+            yield Label(index, P + K - 1, loop, True, "loop"), h
+            index += 1
+            t += dt
+
+        x = h
+        for j in range(cfg.n_coda):
+            i = P + K + j
+            x = self.run_block(i, x, rope, cache, index, 0, None, aux)
+            yield Label(index, i, 0, False, "coda"), x
+            index += 1
+
+    def run_coda(self, h, label, cache=None):
+        """The state the final norm reads, from a state anywhere in the walk. An early exit before the coda runs
+        the coda on it (its KV-cache slots are the last ones, written by every token); a state in the middle of a
+        pass first gets the end-of-pass norm. label None means h is already final."""
+        cfg = self.config
+        if label is not None and label.part == "loop" and not label.boundary and self.norm_loop is not None:
+            h = self.norm_loop(h)
+        if label is None or not cfg.n_coda:
+            return h
+        first = label.layer + 1 if label.part == "coda" else cfg.n_prelude + cfg.n_layer
+        if first >= len(self.blocks):
+            return h
+        pos = cache.pos if cache is not None else 0
+        rope = self.rope(pos, h.size(1))
+        slot = self.n_slots() - (len(self.blocks) - first)
+        for i in range(first, len(self.blocks)):
+            h = self.run_block(i, h, rope, cache, slot, 0, None, {})
+            slot += 1
+        return h
+
+    def readout(self, h, label=None, cache=None):
+        """Logits of a state from the walk: the coda first when h was not produced by it (early exit), then the
+        final norm and the head."""
+        return super().readout(self.run_coda(h, label, cache), label)
+
+    # ---- training objectives for elastic depth (Jeddi et al. 2026, arXiv:2602.11451) ----
+    def forward(self, idx, targets=None, cache=None):
+        """As GPT.forward. In training mode with elastic != 'none' the objective adds weighted terms to aux:
+        shortcut      LoopFormer: aux['shortcut_ce'] = l1*CE(a sampled shortcut trajectory), aux['consistency'] =
+                      l2*MSE(stopgrad(final-normed state of the full trajectory), that of the shortcut)
+        early_exit    Base-Loop-EE-Cons / TMLT-EE: the same two terms for the state after S ~ U{1..L-1} plain
+                      passes of the same walk (an unconditioned or index-conditioned loop stopped early)
+        random_depth  Naive-Loop-EE [INF: "akin to Recurrent Depth", Geiping et al. 2025]: the loss is the CE
+                      after S ~ U{1..L} passes, S drawn per micro-batch."""
+        cfg = self.config
+        if not (self.training and targets is not None and cache is None and cfg.elastic != "none"):
+            return super().forward(idx, targets, cache)
+        rng = self.sampler_rng()
+        x, rope, aux = self.embed(idx), self.rope(0, idx.size(1)), {}
+        L = self.loop_count()
+        if cfg.elastic == "random_depth":
+            label, h = last(self.walk(x, rope, None, aux, schedule=int(rng.integers(1, L + 1))))
+            logits = self.readout(h, label)
+            return logits, self.loss(logits, targets), aux
+        if cfg.elastic == "shortcut":
+            label, h = last(self.walk(x, rope, None, aux))
+            units = sample_trajectory(L, rng, cfg.trajectory_sampler)
+            short_aux = {}
+            label_s, h_s = last(self.walk(x, rope, None, short_aux, schedule=[u / L for u in units]))
+            add_aux(aux, {k: cfg.shortcut_weight * v for k, v in short_aux.items()})  # the MoE terms of that pass
+        else:  # early_exit: the state after S passes of the full walk
+            S = int(rng.integers(1, L))
+            label_s = h_s = None
+            for label, h in self.walk(x, rope, None, aux):
+                if label.boundary and label.loop == S - 1:
+                    label_s, h_s = label, h
+        final, final_s = self.run_coda(h, label), self.run_coda(h_s, label_s)
+        logits, logits_s = super().readout(final, label), super().readout(final_s, label_s)
+        loss = self.loss(logits, targets)
+        aux["shortcut_ce"] = cfg.shortcut_weight * self.loss(logits_s, targets)
+        if cfg.consistency_on == "hidden":  # Algorithm 1 and the released code: the final-normed hidden state
+            a, b = self.norm_f(final), self.norm_f(final_s)
+        else:  # the paper's prose: per-token logits
+            a, b = logits.float(), logits_s.float()
+        aux["consistency"] = cfg.consistency_weight * F.mse_loss(b, a.detach())
+        return logits, loss, aux
+
+    # ---- optimizer groups ----
+    def param_role(self, name, p):
+        """As GPT, plus: hyper-connection scalars are 'norm' (no decay, no muP LR scale); under
+        residual_scaling='factorized' the norm gains inside blocks are 'block_norm' (they take the depth LR rule)."""
+        if name.startswith("hc."):
+            return "norm"
+        role = super().param_role(name, p)
+        if role == "norm" and name.startswith("blocks.") and self.config.residual_scaling == "factorized":
+            return "block_norm"
+        return role
+
+    def group_scales(self, role):
+        """muP's (lr, eps) multipliers times Wang et al.'s depth rule under residual_scaling='factorized':
+        hidden LR and eps, and the block norms', x (n_layer/12)^-1/2; embedding, head and final norm unscaled."""
+        lr_scale, eps_scale = super().group_scales(role)
+        if role in ("hidden", "block_norm"):
+            m = depth_lr_factor(self.config)
+            lr_scale, eps_scale = lr_scale * m, eps_scale * m
+        return lr_scale, eps_scale
+
+
+def last(walk):
+    """The final (Label, state) of a walk."""
+    label = h = None
+    for label, h in walk:
+        pass
+    return label, h
+
+
+# -----------------------------------------------------------------------------------------------------------------
+# MuonH (Schwethelm et al. 2026, arXiv:2604.21106, §4.2; the ArchScale implementation)
+
+MUONH_LR = 0.014  # their base MuonH LR; the AdamW LRs below are tied to it as ratios of train.py's lr
+MUONH_ADAMW_LR = {"embed": 0.3, "head": 0.004}  # every other non-matrix parameter (norm gains ...): 0.005
+MUONH_ADAMW_OTHER_LR = 0.005
+
+
+class MuonH(torch.optim.Muon):
+    """Muon on the hypersphere: U = Muon's orthogonalised (Nesterov) momentum; W <- W - lr*(|W|_F/|U|_F)*U, then W
+    is scaled back to its previous Frobenius norm, so every matrix stays on its init-norm sphere. A matrix of norm
+    0 (a zero-initialised modulator) takes the plain Muon step instead, or it could never move.
+    torch's Muon writes -lr'*U into the parameter; we let it write into a zeroed copy to read U exactly."""
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = closure() if closure is not None else None
+        saved = []
+        for g in self.param_groups:
+            for p in g["params"]:
+                if p.grad is not None:
+                    saved.append((g, p, p.detach().clone()))
+                    p.zero_()
+        super().step()  # weight_decay is 0: p = -lr' * U
+        for g, p, w in saved:
+            step = p.detach().clone()
+            radius, step_norm = w.norm(), step.norm()
+            if radius == 0:  # plain Muon
+                p.copy_(w + step)
+                continue
+            new = w + (g["lr"] * radius / step_norm.clamp_min(1e-30)) * step
+            p.copy_(new * (radius / new.norm().clamp_min(1e-30)))
+        return loss
+
+
+class MuonHAdamW:
+    """MuonH for the 2-D hidden matrices and AdamW for everything else, stepping as one optimizer. param_groups
+    lists both (train.py's set_lr and weight decay walk them); state_dict holds both."""
+
+    def __init__(self, groups, lr, betas, fused=False, momentum=0.95):
+        muon, adam = [], []
+        for g in groups:
+            options = {k: v for k, v in g.items() if k not in ("params", "names", "eps")}
+            mat = [(n, p) for n, p in zip(g["names"], g["params"]) if g["role"] == "hidden" and p.dim() == 2]
+            rest = [(n, p) for n, p in zip(g["names"], g["params"]) if not (g["role"] == "hidden" and p.dim() == 2)]
+            if mat:  # no weight decay on the sphere: the renormalisation would undo it
+                muon.append(dict(options, params=[p for _, p in mat], names=[n for n, _ in mat],
+                                 weight_decay=0.0, decay=False))
+            if rest:
+                ratio = MUONH_ADAMW_LR.get(g["role"], MUONH_ADAMW_OTHER_LR) / MUONH_LR
+                adam.append(dict(options, params=[p for _, p in rest], names=[n for n, _ in rest],
+                                 eps=g["eps"], lr_scale=g["lr_scale"] * ratio))
+        for g in muon + adam:
+            g["lr"] = lr * g["lr_scale"]
+        self.muon = MuonH(muon, lr=lr, weight_decay=0.0, momentum=momentum, nesterov=True) if muon else None
+        self.adam = torch.optim.AdamW(adam, lr=lr, betas=betas, weight_decay=0.0, fused=fused) if adam else None
+
+    def parts(self):
+        return [o for o in (self.muon, self.adam) if o is not None]
+
+    @property
+    def param_groups(self):
+        return [g for o in self.parts() for g in o.param_groups]
+
+    def step(self):
+        for o in self.parts():
+            o.step()
+
+    def zero_grad(self, set_to_none=True):
+        for o in self.parts():
+            o.zero_grad(set_to_none=set_to_none)
+
+    def state_dict(self):
+        return {"muon": self.muon.state_dict() if self.muon else None,
+                "adamw": self.adam.state_dict() if self.adam else None}
+
+    def load_state_dict(self, state):
+        for o, key in ((self.muon, "muon"), (self.adam, "adamw")):
+            if o is not None:
+                o.load_state_dict(state[key])
+
+
+# -----------------------------------------------------------------------------------------------------------------
+# building and loading
 
 
 def build_model(config):
-    """GPT for a plain config, LoopedGPT for anything looped."""
-    if config.n_loop > 1 or config.n_prelude or config.n_coda:
-        raise NotImplementedError("looped models are not implemented yet")
+    """GPT for a plain config, LoopedGPT for anything with a looping key off its default."""
+    if is_looped(config):
+        return LoopedGPT(config)
     return GPT(config)
 
 

@@ -44,6 +44,12 @@ class GPTConfig:
     tie_embeddings: bool = False  # share the token embedding with the output head
     logit_softcap: float = 0.0  # if > 0: logits = c*tanh(logits/c)
     sandwich_norm: bool = False  # RMSNorm on each sublayer's output before the residual add
+    # ---- attention kind (MLA: DeepSeek-V2/V3, used by Chen et al. 2026) ----
+    attn: str = "mha"  # mha | mla (multi-head latent attention: low-rank Q and KV, decoupled RoPE)
+    q_lora_rank: int = 0  # MLA query latent rank; 0 = full-rank queries
+    kv_lora_rank: int = 64  # MLA key/value latent rank
+    rope_head_dim: int = 32  # MLA: rotary dims per head (one rotary key shared by all heads), on top of head_dim
+    v_head_dim: int = 0  # MLA value size per head; 0 = head_dim
     # ---- init and muP ----
     init: str = "normal"  # normal (N(0, init_std^2)) | uniform (U(-a,a), a = sqrt(3/d))
     init_std: float = 0.02  # sigma_base of the normal init
@@ -53,9 +59,34 @@ class GPTConfig:
     n_loop: int = 1  # passes of the shared block
     n_prelude: int = 0  # unshared layers before the loop
     n_coda: int = 0  # unshared layers after the loop
+    injection: str = "none"  # how the prelude output e enters each pass: none (u = h; "passthrough") | linear (u = W[e||h], W = [I|0] at init) | additive (u = h + e, h0 = 0)
+    hc_lanes: int = 0  # hyper-connection lanes mixed at loop boundaries (Schwethelm et al.: 2); 0 = off; needs injection=none
+    loop_norm: bool = False  # RMSNorm after the embedding and at the end of every pass (Schwethelm et al.)
+    bptt_loops: int = 0  # truncated BPTT: gradients through only the last k passes (Schwethelm et al.: ceil(n_loop/2)); 0 = all
+    residual_scaling: str = "none"  # multiplier on each branch of the shared blocks: none 1 | sqrt n_loop^-1/2 | linear 1/n_loop | factorized lambda/n_loop*(n_layer/L_ref)^-1/2, with its LR/eps rule
+    residual_lambda: float = 1.0  # lambda of residual_scaling=factorized
+    residual_ref_layers: int = 12  # L_ref of residual_scaling=factorized (depth where the base LR was tuned)
+    loop_cond: str = "none"  # per-pass conditioning of the shared blocks: none | index (TMLT) | loopformer (t, dt) | iteradaln (LoopMoE)
+    cond_init: str = "zero"  # modulator output init: zero (the papers) | normal (LoopFormer's released code: N(0, 0.02))
+    elastic: str = "none"  # elastic-depth training: none | shortcut (LoopFormer) | early_exit (Base-Loop-EE-Cons, TMLT-EE) | random_depth (Naive-Loop-EE)
+    shortcut_weight: float = 0.1  # lambda_1: weight of the shortcut (or early-exit) cross-entropy
+    consistency_weight: float = 0.1  # lambda_2: weight of the consistency MSE
+    consistency_on: str = "hidden"  # consistency target: hidden (final-normed state; LoopFormer's Algorithm 1 and code) | logits (its prose)
+    trajectory_sampler: str = "greedy"  # shortcut trajectories: greedy (LoopFormer's released code) | uniform (over compositions)
     # ---- mixture of experts (moe.py) ----
     n_expert: int = 0  # routed experts per MoE layer; 0 = dense FFN everywhere
     top_k: int = 2  # experts each token is routed to
+    n_shared_expert: int = 0  # always-on shared experts per MoE layer (DeepSeekMoE)
+    moe_d_ff: int = 0  # hidden size of one expert; 0 = d_ff // (top_k + n_shared_expert): active FFN = dense FFN
+    moe_first_dense: int = 0  # the first this-many physical layers (model.blocks order) keep a dense FFN
+    moe_router: str = "softmax"  # softmax (gates = softmax of the top-k logits) | sigmoid (DeepSeek-V3 scores)
+    moe_route_scale: float = 1.0  # multiplier on the routed experts' output (DeepSeek-V3: 2.5)
+    moe_lb_coef: float = 0.01  # weight of the load-balancing loss E*sum_i f_i*p_i (Switch; 0 = off)
+    moe_z_coef: float = 0.001  # weight of the router z-loss mean(logsumexp(logits)^2) (ST-MoE; 0 = off)
+    moe_seq_coef: float = 0.0  # weight of DeepSeek-V3's sequence-wise balance loss (V3: 1e-4; 0 = off)
+    moe_bias_rate: float = 0.0  # aux-loss-free balancing: bias step gamma after each optimizer step (V3: 1e-3)
+    moe_capacity_factor: float = 0.0  # > 0: an expert takes at most ceil(cf*tokens*k/E) tokens per call, drops the rest
+    moe_dispatch: str = "auto"  # auto | grouped (sort + grouped_mm) | batched (padded bmm) | loop (per expert)
 
     def __post_init__(self):
         def need(cond, msg):
@@ -70,8 +101,21 @@ class GPTConfig:
         need(self.mlp in ("swiglu", "gelu", "relu2"), f"mlp must be swiglu|gelu|relu2, got {self.mlp!r}")
         need(self.pos_emb in ("rope", "learned"), f"pos_emb must be rope|learned, got {self.pos_emb!r}")
         need(self.init in ("normal", "uniform"), f"init must be normal|uniform, got {self.init!r}")
-        need(self.head_dim % 2 == 0 or self.pos_emb != "rope", "RoPE needs an even head_dim")
+        need(self.rope_dim % 2 == 0 or self.pos_emb != "rope", "RoPE needs an even head_dim (rope_head_dim for MLA)")
         need(self.n_layer >= 1 and self.n_loop >= 1, "n_layer and n_loop must be >= 1")
+        need(self.attn in ("mha", "mla"), f"attn must be mha|mla, got {self.attn!r}")
+        need(self.attn == "mha" or (self.kv_lora_rank > 0 and not self.qk_norm),
+             "attn='mla' needs kv_lora_rank > 0 and qk_norm=False")
+        need(self.n_expert == 0 or 1 <= self.top_k <= self.n_expert,
+             f"top_k={self.top_k} must be between 1 and n_expert={self.n_expert}")
+        need(self.moe_router in ("softmax", "sigmoid"), f"moe_router must be softmax|sigmoid, got {self.moe_router!r}")
+        need(self.moe_dispatch in ("auto", "grouped", "batched", "loop"),
+             f"moe_dispatch must be auto|grouped|batched|loop, got {self.moe_dispatch!r}")
+
+    @property
+    def rope_dim(self):
+        """Rotary dims per head: the whole head for MHA, the decoupled rope_head_dim for MLA."""
+        return self.rope_head_dim if self.attn == "mla" else self.head_dim
 
     @property
     def padded_vocab(self):
@@ -98,7 +142,43 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim)) if gain else None
 
     def forward(self, x):
-        return F.rms_norm(x, (x.size(-1),), self.weight, self.eps)
+        return rms_norm(x, self.weight, self.eps)
+
+
+class _RMSNorm(torch.autograd.Function):
+    """y = x / sqrt(mean(x^2) + eps) * weight, computed in fp32 for bf16/fp16 inputs, output in x's dtype (as
+    F.rms_norm). Why not F.rms_norm: on CPU it decomposes into ~6 elementwise ops forward and ~10 backward;
+    this is 2 forward and 4 backward. Backward, with xh = x*r and r = rsqrt(mean(x^2) + eps):
+    dx = r * (g' - xh * mean(g' * xh)), g' = g * weight; dweight = sum over rows of g * xh."""
+
+    @staticmethod
+    def forward(ctx, x, weight, eps):
+        xf = x.to(torch.promote_types(x.dtype, torch.float32))
+        r = torch.linalg.vector_norm(xf, dim=-1, keepdim=True).square_().div_(x.size(-1)).add_(eps).rsqrt_()
+        y = xf * r
+        if weight is not None:
+            y.mul_(weight)
+        ctx.save_for_backward(x, r, weight)
+        return y.to(x.dtype)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, g):
+        x, r, weight = ctx.saved_tensors
+        xh = x.to(r.dtype) * r
+        g = g.to(r.dtype)
+        dweight = None
+        if weight is not None:
+            if ctx.needs_input_grad[1]:
+                dweight = (g * xh).flatten(0, -2).sum(0).to(weight.dtype)
+            g = g * weight
+        mean_gx = torch.linalg.vecdot(g, xh).unsqueeze(-1).div_(x.size(-1))
+        return torch.addcmul(g, xh, mean_gx, value=-1).mul_(r).to(x.dtype), dweight, None
+
+
+def rms_norm(x, weight=None, eps=1e-6):
+    """RMSNorm over the last dimension (weight: optional gain of that size)."""
+    return _RMSNorm.apply(x, weight, eps)
 
 
 def rope_tables(head_dim, length, base, device=None):
@@ -109,11 +189,38 @@ def rope_tables(head_dim, length, base, device=None):
 
 
 def apply_rope(x, cos, sin):
-    """x: (B, H, T, D); rotates the two halves of the head dimension as complex pairs."""
-    d = x.size(-1) // 2
-    x1, x2 = x[..., :d], x[..., d:]
+    """x: (B, H, T, D); rotates the two halves of the head dimension as complex pairs:
+    (x1, x2) -> (x1 cos - x2 sin, x1 sin + x2 cos)."""
     cos, sin = cos.to(x.dtype), sin.to(x.dtype)
-    return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
+    if torch.compiler.is_compiling():  # inductor fuses this formula into one kernel forward and one backward
+        d = x.size(-1) // 2
+        x1, x2 = x[..., :d], x[..., d:]
+        return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
+    return _RoPE.apply(x, cos, sin)
+
+
+class _RoPE(torch.autograd.Function):
+    """Eager RoPE: writes both halves in place (no cat, no temporaries) and saves no activations; a rotation's
+    backward is the rotation by the opposite angle."""
+
+    @staticmethod
+    def forward(ctx, x, cos, sin):
+        ctx.save_for_backward(cos, sin)
+        return _rotate(x, cos, sin)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, g):
+        cos, sin = ctx.saved_tensors
+        return _rotate(g, cos, -sin), None, None
+
+
+def _rotate(x, cos, sin):
+    d = x.size(-1) // 2
+    out = torch.empty_like(x)
+    torch.mul(x[..., :d], cos, out=out[..., :d]).addcmul_(x[..., d:], sin, value=-1)
+    torch.mul(x[..., d:], cos, out=out[..., d:]).addcmul_(x[..., :d], sin)
+    return out
 
 
 class KVCache:
@@ -156,15 +263,85 @@ class CausalSelfAttention(nn.Module):
 
     def forward(self, x, rope, cache=None, slot=0):
         B, T, C = x.shape
-        q = self.c_q(x).view(B, T, self.n_head, self.head_dim).transpose(1, 2)  # (B, H, T, D)
-        k = self.c_k(x).view(B, T, self.n_head, self.head_dim).transpose(1, 2)
-        v = self.c_v(x).view(B, T, self.n_head, self.head_dim).transpose(1, 2)
-        if self.use_rope:
-            q, k = apply_rope(q, *rope), apply_rope(k, *rope)
-        if self.qk_norm:  # after RoPE, as nanochat (used by Schwethelm et al. 2026) does
-            q, k = F.rms_norm(q, (self.head_dim,), eps=self.eps), F.rms_norm(k, (self.head_dim,), eps=self.eps)
+        q = self.heads(self.c_q(x), rope)  # (B, H, T, D)
+        k, v = self.keys_values(x, rope)
         y = attend(q, k, v, cache, slot)
         return self.c_proj(y.transpose(1, 2).reshape(B, T, -1))
+
+    def heads(self, t, rope):
+        """(B, T, H*D) -> (B, H, T, D), rotated by RoPE, then qk-norm (after RoPE, as nanochat does)."""
+        B, T, _ = t.shape
+        t = t.view(B, T, self.n_head, self.head_dim).transpose(1, 2)
+        if self.use_rope:
+            t = apply_rope(t, *rope)
+        if self.qk_norm:
+            t = rms_norm(t, None, self.eps)
+        return t
+
+    def keys_values(self, x, rope):
+        """Keys and values (B, H, T, D) of x exactly as the KV cache stores them (early_exit.py fills the slots
+        of skipped layers with it)."""
+        B, T, _ = x.shape
+        v = self.c_v(x).view(B, T, self.n_head, self.head_dim).transpose(1, 2)
+        return self.heads(self.c_k(x), rope), v
+
+
+class MLA(nn.Module):
+    """Multi-head latent attention (DeepSeek-AI 2024, DeepSeek-V2, arXiv:2405.04434), the attention of LoopMoE
+    (Chen et al. 2026, arXiv:2606.04438). Queries and keys/values pass through low-rank latents (RMS-normed);
+    RoPE acts only on `rope_head_dim` extra dims per head, and the rotary key part is one vector shared by all
+    heads (decoupled RoPE). Per head: q = [q_content; q_rope], k = [k_content; k_rope], v of size v_head_dim,
+    softmax(q.k / sqrt(head_dim + rope_head_dim)) v.
+    The KV cache holds the full per-head keys and values (exact and simple); caching only the latent, MLA's
+    memory saving at inference, is not done here."""
+
+    def __init__(self, config):
+        super().__init__()
+        C, H = config.n_embd, config.n_head
+        self.n_head, self.d_nope, self.d_rope = H, config.head_dim, config.rope_head_dim
+        self.d_v = config.v_head_dim or config.head_dim
+        self.kv_rank = config.kv_lora_rank
+        # scaling.py counts attention FLOPs as 4*T*n_head*head_dim per token (q.k and attn.v): for MLA the mean of
+        # the q.k size (d_nope + d_rope) and the value size d_v gives that sum exactly
+        self.head_dim = (self.d_nope + self.d_rope + self.d_v) / 2
+        d_qk = self.d_nope + self.d_rope
+        if config.q_lora_rank > 0:
+            self.q_down = nn.Linear(C, config.q_lora_rank, bias=False)
+            self.q_norm = RMSNorm(config.q_lora_rank, config.norm_eps, config.norm_gain)
+            self.q_up = nn.Linear(config.q_lora_rank, H * d_qk, bias=False)
+        else:  # full-rank queries, as in DeepSeek-V2-Lite
+            self.q_down = None
+            self.c_q = nn.Linear(C, H * d_qk, bias=False)
+        self.kv_down = nn.Linear(C, self.kv_rank + self.d_rope, bias=False)  # [latent c_kv; shared rotary key]
+        self.kv_norm = RMSNorm(self.kv_rank, config.norm_eps, config.norm_gain)
+        self.kv_up = nn.Linear(self.kv_rank, H * (self.d_nope + self.d_v), bias=False)
+        self.c_proj = nn.Linear(H * self.d_v, C, bias=False)
+        self.use_rope = config.pos_emb == "rope"
+
+    def forward(self, x, rope, cache=None, slot=0):
+        B, T, C = x.shape
+        q = self.q_up(self.q_norm(self.q_down(x))) if self.q_down is not None else self.c_q(x)
+        q = self.rotate_tail(q.view(B, T, self.n_head, -1).transpose(1, 2), rope)  # (B, H, T, d_nope + d_rope)
+        k, v = self.keys_values(x, rope)
+        y = attend(q, k, v, cache, slot)  # (B, H, T, d_v)
+        return self.c_proj(y.transpose(1, 2).reshape(B, T, -1))
+
+    def rotate_tail(self, t, rope):
+        """RoPE on the last d_rope dims of each head; the first d_nope dims carry no position."""
+        if not self.use_rope:
+            return t
+        return torch.cat([t[..., :self.d_nope], apply_rope(t[..., self.d_nope:], *rope)], dim=-1)
+
+    def keys_values(self, x, rope):
+        """Keys (B, H, T, d_nope + d_rope) and values (B, H, T, d_v) exactly as the KV cache stores them."""
+        B, T, _ = x.shape
+        latent, k_rope = self.kv_down(x).split([self.kv_rank, self.d_rope], dim=-1)
+        kv = self.kv_up(self.kv_norm(latent)).view(B, T, self.n_head, self.d_nope + self.d_v).transpose(1, 2)
+        k_nope, v = kv.split([self.d_nope, self.d_v], dim=-1)
+        k_rope = k_rope.unsqueeze(1)  # (B, 1, T, d_rope): one rotary key for all heads
+        if self.use_rope:
+            k_rope = apply_rope(k_rope, *rope)
+        return torch.cat([k_nope, k_rope.expand(B, self.n_head, T, self.d_rope)], dim=-1), v
 
 
 def attend(q, k, v, cache, slot):
@@ -218,7 +395,7 @@ class Block(nn.Module):
     def __init__(self, config, ffn=None):
         super().__init__()
         self.norm_attn = RMSNorm(config.n_embd, config.norm_eps, config.norm_gain)
-        self.attn = CausalSelfAttention(config)
+        self.attn = MLA(config) if config.attn == "mla" else CausalSelfAttention(config)
         self.norm_ffn = RMSNorm(config.n_embd, config.norm_eps, config.norm_gain)
         self.ffn = ffn if ffn is not None else MLP(config)
         self.returns_aux = getattr(self.ffn, "returns_aux", False)
@@ -266,6 +443,55 @@ def add_aux(total, aux):
             total[k] = total[k] + v if k in total else v
 
 
+def cross_entropy(logits, targets, ignore_index=-1):
+    """F.cross_entropy(logits.float(), targets, ignore_index=ignore_index) (mean over the kept targets) without
+    an fp32 copy of the logits: rows are processed in chunks that stay in cache. logits: (N, V); targets: (N,)."""
+    if torch.compiler.is_compiling():  # inside a compiled graph inductor fuses the plain version
+        return F.cross_entropy(logits.float(), targets, ignore_index=ignore_index)
+    with_grad = torch.is_grad_enabled() and logits.requires_grad  # (ctx.needs_input_grad ignores no_grad)
+    return _ChunkedCrossEntropy.apply(logits, targets, ignore_index, with_grad)
+
+
+class _ChunkedCrossEntropy(torch.autograd.Function):
+    """Per row: loss = logsumexp(z) - z[target]; d loss / dz = softmax(z) - onehot(target), times 1/n_kept.
+    The forward computes that gradient too, chunk by chunk in fp32 while the chunk is in cache, and stores it
+    once in the logits' dtype: the logits are read once and the gradient written once (F.cross_entropy on
+    logits.float() makes ~8 full-size passes, a big part of a step for a 50k vocabulary on CPU)."""
+
+    @staticmethod
+    def forward(ctx, logits, targets, ignore_index, with_grad):
+        N, V = logits.shape
+        keep = targets != ignore_index
+        safe = torch.where(keep, targets, 0)
+        fp = torch.promote_types(logits.dtype, torch.float32)
+        scale = keep.to(fp) / keep.sum()  # (N,): 1/n_kept, 0 for ignored rows (nan if none is kept, as torch)
+        picked = logits.gather(1, safe[:, None]).squeeze(1).to(fp)
+        lse = torch.empty(N, dtype=fp, device=logits.device)
+        grad = torch.empty_like(logits) if with_grad else None
+        chunk_elems = 2 ** 18 if logits.device.type == "cpu" else 2 ** 24  # 1 MiB of fp32: in L2 on CPU
+        rows = max(1, min(N, chunk_elems // V))
+        z = torch.empty(rows, V, dtype=fp, device=logits.device)
+        flat_target = torch.arange(N, device=logits.device) % rows * V + safe  # target's index in z.view(-1)
+        for i in range(0, N, rows):
+            j = min(i + rows, N)
+            zc = z[:j - i].copy_(logits[i:j])
+            m = zc.amax(-1, keepdim=True)
+            s = zc.sub_(m).exp_().sum(-1, keepdim=True)  # zc = exp(z - m)
+            lse[i:j] = (m + s.log()).squeeze(1)
+            if grad is not None:  # (softmax - onehot) * scale, in fp32 before rounding to the logits' dtype
+                zc.mul_(scale[i:j, None] / s)
+                zc.view(-1).index_add_(0, flat_target[i:j], scale[i:j], alpha=-1)
+                grad[i:j] = zc
+        ctx.save_for_backward(grad)
+        return (torch.where(keep, lse - picked, 0.0) * scale).sum()
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, g):
+        grad, = ctx.saved_tensors
+        return (grad if float(g) == 1.0 else grad * g), None, None, None
+
+
 class GPT(nn.Module):
     def __init__(self, config):
         super().__init__()
@@ -279,7 +505,7 @@ class GPT(nn.Module):
         if config.tie_embeddings:
             self.lm_head.weight = self.wte.weight
         if config.pos_emb == "rope":
-            cos, sin = rope_tables(config.head_dim, config.block_size, config.rope_base)
+            cos, sin = rope_tables(config.rope_dim, config.block_size, config.rope_base)
             self.register_buffer("rope_cos", cos, persistent=False)
             self.register_buffer("rope_sin", sin, persistent=False)
 
@@ -352,7 +578,8 @@ class GPT(nn.Module):
         return logits, loss, aux
 
     def loss(self, logits, targets):
-        return F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.reshape(-1), ignore_index=-1)
+        """Mean next-token cross entropy over targets != -1, in fp32 whatever the logits' dtype."""
+        return cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1))
 
     def states(self, idx):
         """All (Label, hidden state) pairs of one full forward pass, for analyses (no grad, eager)."""
@@ -408,7 +635,7 @@ class GPT(nn.Module):
             if role not in groups:
                 lr_scale, eps_scale = self.group_scales(role)
                 groups[role] = dict(params=[], names=[], role=role, lr_scale=lr_scale, eps_scale=eps_scale,
-                                    decay=role != "norm")
+                                    decay=role != "norm" and p.dim() >= 2)
             groups[role]["params"].append(p)
             groups[role]["names"].append(name)
         return list(groups.values())

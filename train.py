@@ -48,7 +48,7 @@ grad_accum = 1  # micro-batches per step across ALL ranks (must be divisible by 
 max_iters = 800  # optimizer steps (ignored when flops_budget > 0)
 flops_budget = 0.0  # if > 0: train for budget / (FLOPs per token) tokens (scaling.py accounting)
 flops_convention = "lee"  # lee (6*N_active) | schwethelm (6*executed params + attention), see scaling.py
-optimizer = "adamw"  # adamw
+optimizer = "adamw"  # adamw | muonh (MuonH on matrices + AdamW on the rest, Schwethelm et al.)
 lr = 3e-3  # peak learning rate (base LR: muP and the other rules scale it per parameter group)
 schedule = "wsd_sqrt"  # wsd_sqrt | wsd_linear | cosine | linear | constant
 warmup_iters = 50  # linear warmup steps
@@ -103,9 +103,12 @@ def make_optimizer(model, cfg, device_type):
         g["weight_decay"] = cfg["weight_decay"] if (g["decay"] and not cfg["wd_independent"]) else 0.0
         g["eps"] = cfg["adam_eps"] * g["eps_scale"]
         g["lr"] = cfg["lr"] * g["lr_scale"]
+    fused = device_type in ("cuda", "cpu")  # one multi-tensor kernel per step instead of ~10 ops per parameter
+    if cfg["optimizer"] == "muonh":  # Schwethelm et al. 2026: MuonH on matrices, AdamW (its own LRs) on the rest
+        from loop import MuonHAdamW
+        return MuonHAdamW(groups, cfg["lr"], (cfg["beta1"], cfg["beta2"]), fused=fused)
     if cfg["optimizer"] != "adamw":
-        raise ValueError(f"unknown optimizer {cfg['optimizer']!r}: use adamw")
-    fused = device_type == "cuda"
+        raise ValueError(f"unknown optimizer {cfg['optimizer']!r}: use adamw | muonh")
     return torch.optim.AdamW(groups, lr=cfg["lr"], betas=(cfg["beta1"], cfg["beta2"]), fused=fused)
 
 
@@ -325,6 +328,8 @@ def main(argv=None):
         for micro in range(accum):
             x, y = data.get_batch(step, micro, rank, world_size, accum, cfg["batch_size"], T, cfg["seed"])
             x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+            if hasattr(raw_model, "set_micro_batch"):  # seeds LoopFormer's trajectory sampler by the batch index
+                raw_model.set_micro_batch(step * cfg["grad_accum"] + micro * world_size + rank, cfg["seed"])
             if ddp:  # only the last micro-batch synchronises gradients
                 model.require_backward_grad_sync = micro == accum - 1
             with ctx:

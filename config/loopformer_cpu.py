@@ -1,0 +1,30 @@
+# CPU-scale LoopFormer (2 (x) 4) with the shortcut-consistency objective (Jeddi et al. 2026, arXiv:2602.11451);
+# config/loopformer.py lists the paper-scale file and the baselines' overrides (TMLT, *-EE, Naive-Loop-EE).
+n_layer = 2
+n_loop = 4
+n_embd = 128
+head_dim = 64
+mlp = "gelu"
+d_ff = 512
+pos_emb = "learned"
+tie_embeddings = True
+norm_gain = True
+block_size = 128
+tokenizer = "byte"
+mup = False
+loop_cond = "loopformer"
+elastic = "shortcut"
+optimizer = "adamw"
+lr = 3e-3
+schedule = "cosine"
+warmup_iters = 30
+min_lr_frac = 0.1
+max_iters = 300
+batch_size = 16
+beta1 = 0.9
+beta2 = 0.95
+weight_decay = 0.2
+wd_independent = False
+grad_clip = 1.0
+eval_interval = 100
+eval_tokens = 32768

@@ -1,0 +1,27 @@
+# CPU-scale sandwich loop with IterAdaLN (Chen et al. 2026, arXiv:2606.04438), dense; see config/sandwich_loop.py.
+n_prelude = 1
+n_layer = 2
+n_loop = 3
+n_coda = 1
+sandwich_norm = True
+norm_gain = True
+loop_cond = "iteradaln"
+n_embd = 128
+head_dim = 64
+mlp = "swiglu"
+block_size = 128
+tokenizer = "byte"
+mup = False
+optimizer = "adamw"
+lr = 2e-3
+schedule = "cosine"
+warmup_iters = 30
+min_lr_frac = 0.1
+max_iters = 300
+batch_size = 16
+beta1 = 0.9
+beta2 = 0.95
+weight_decay = 0.1
+wd_independent = False
+eval_interval = 100
+eval_tokens = 32768

@@ -1,0 +1,521 @@
+"""Tests of loop.py: every depth plan against a hand-unrolled reference, conditioning at init, truncated BPTT,
+hyper-connections, residual multipliers measured with hooks, trajectories and elastic depth, the KV cache, compile
+once for every loop count, the elastic objectives, MuonH, the LR rules. Tiny models, CPU, a few seconds each."""
+import math
+import os
+import sys
+
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import loop  # noqa: E402
+from loop import HyperConnections, LoopedGPT, MuonH, MuonHAdamW, build_model, sample_trajectory  # noqa: E402
+from model import GPT, GPTConfig, KVCache  # noqa: E402
+
+V, T = 61, 12
+
+
+def tiny(**kw):
+    base = dict(n_embd=32, head_dim=16, n_layer=2, block_size=16, vocab_size=V)
+    base.update(kw)
+    return GPTConfig(**base)
+
+
+def make(seed=0, **kw):
+    torch.manual_seed(seed)
+    return LoopedGPT(tiny(**kw)).init_weights(seed)
+
+
+def tokens(B=2, seed=0):
+    return torch.randint(0, V, (B, T), generator=torch.Generator().manual_seed(seed))
+
+
+def perturb(module, scale=0.05, seed=1):
+    """Random values for every parameter of `module` (so that identities at init cannot hide a bug)."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in module.parameters():
+            p.add_(scale * torch.randn(p.shape, generator=g))
+
+
+def hand_forward(m, idx, detach_before=0, res_scale=1.0):
+    """The looped model written out by hand from Schwethelm et al.'s equations (no conditioning): embedding ->
+    [norm] -> prelude -> passes (injection or hyper-connection lanes, shared layers, end-of-pass norm) -> coda ->
+    final norm -> head. The state is detached after every pass < detach_before (truncated BPTT by hand)."""
+    cfg = m.config
+    rope = m.rope(0, idx.size(1))
+    x = m.wte(idx)
+    if cfg.loop_norm:
+        x = m.norm_embed(x)
+    P, K = cfg.n_prelude, cfg.n_layer
+    for i in range(P):
+        x = m.blocks[i](x, rope)[0]
+    e = x
+    h = torch.zeros_like(e) if cfg.injection == "additive" else e
+    lanes = [e] * cfg.hc_lanes
+    for i in range(cfg.n_loop):
+        if cfg.hc_lanes:  # u_i = alpha_i . l_i
+            u = sum(m.hc.alpha[i, k] * lanes[k] for k in range(cfg.hc_lanes))
+        elif cfg.injection == "linear" and cfg.n_loop > 1:  # u = W [e || h]
+            u = torch.cat([e, h], dim=-1) @ m.inject.proj.weight.T
+        elif cfg.injection == "additive":
+            u = h + e
+        else:
+            u = h
+        for j in range(K):
+            u = m.blocks[P + j](u, rope, res_scale=res_scale)[0]
+        s = m.norm_loop(u) if cfg.loop_norm else u
+        if cfg.hc_lanes:  # l_{i+1} = M_i l_i + beta_i s_i; the coda reads sum_k l_k
+            lanes = [sum(m.hc.mix[i, j, k] * lanes[k] for k in range(cfg.hc_lanes)) + m.hc.beta[i, j] * s
+                     for j in range(cfg.hc_lanes)]
+            h = sum(lanes)
+        else:
+            h = s
+        if i < detach_before:
+            h, lanes = h.detach(), [lane.detach() for lane in lanes]
+    x = h
+    for i in range(P + K, P + K + cfg.n_coda):
+        x = m.blocks[i](x, rope)[0]
+    return m.lm_head(m.norm_f(x))
+
+
+PLANS = {
+    "full_loop": dict(n_loop=3),
+    "prelude_coda_linear": dict(n_loop=3, n_prelude=1, n_coda=1, injection="linear", loop_norm=True, norm_gain=True),
+    "additive": dict(n_loop=2, n_prelude=1, n_coda=1, injection="additive", loop_norm=True),
+    "hyper_connections": dict(n_loop=3, n_prelude=1, n_coda=1, hc_lanes=2, loop_norm=True),
+}
+
+
+# -----------------------------------------------------------------------------------------------------------------
+# depth plans
+
+
+def test_one_pass_equals_gpt_logits_and_gradients():
+    for kw in (dict(), dict(norm_gain=True, tie_embeddings=True, mlp="relu2", qk_norm=True)):
+        cfg = tiny(**kw)
+        torch.manual_seed(0)
+        gpt = GPT(cfg).init_weights(0)
+        looped = LoopedGPT(cfg)
+        looped.load_state_dict(gpt.state_dict())
+        idx = tokens()
+        logits_a, loss_a, _ = gpt(idx, idx)
+        logits_b, loss_b, _ = looped(idx, idx)
+        assert torch.equal(logits_a, logits_b)
+        loss_a.backward()
+        loss_b.backward()
+        for (name, p), q in zip(gpt.named_parameters(), looped.parameters()):
+            assert torch.equal(p.grad, q.grad), name
+
+
+@pytest.mark.parametrize("plan", list(PLANS))
+def test_plan_equals_hand_unrolled_stack(plan):
+    m = make(**PLANS[plan])
+    perturb(m.inject if m.inject is not None else nn.Linear(1, 1))  # a non-identity injection
+    if m.hc is not None:
+        perturb(m.hc, scale=0.3)
+    idx = tokens()
+    logits, _, _ = m(idx)
+    torch.testing.assert_close(logits, hand_forward(m, idx), rtol=1e-5, atol=1e-5)
+
+
+def test_labels_of_the_walk():
+    m = make(n_loop=3, n_prelude=1, n_coda=2)
+    labels = [label for label, _ in m.states(tokens())]
+    assert [l.index for l in labels] == list(range(1 + 3 * 2 + 2)) == list(range(m.n_slots()))
+    assert [l.layer for l in labels] == [0, 1, 2, 1, 2, 1, 2, 3, 4]
+    assert [l.loop for l in labels] == [0, 0, 0, 1, 1, 2, 2, 0, 0]
+    assert [l.boundary for l in labels] == [False, False, True, False, True, False, True, False, False]
+    assert [l.part for l in labels] == ["prelude"] + ["loop"] * 6 + ["coda"] * 2
+
+
+def test_linear_injection_at_init_passes_the_prelude_output_through():
+    m = make(n_loop=3, n_prelude=1, injection="linear", loop_norm=True)
+    seen = []
+    m.blocks[1].register_forward_pre_hook(lambda mod, args: seen.append(args[0].detach().clone()))
+    states = m.states(tokens())
+    prelude_out = states[0][1]
+    assert torch.equal(seen[0], prelude_out)  # first pass: u = [I | 0] [e || e] = e
+    perturb(m.inject)  # a trained W mixes in the state
+    seen.clear()
+    m.states(tokens())
+    assert not torch.allclose(seen[0], prelude_out, atol=1e-3)
+
+
+def test_readout_of_an_early_state_runs_the_coda():
+    m = make(**PLANS["prelude_coda_linear"])
+    perturb(m.inject)  # at init W = [I | 0] makes every pass see e, so every exit would read the same state
+    idx = tokens()
+    full, _, _ = m(idx)
+    states = m.states(idx)
+    label, h = [s for s in states if s[0].boundary][-1]  # the state the coda reads
+    torch.testing.assert_close(m.readout(h, label), full, rtol=0, atol=1e-6)
+    label1, h1 = [s for s in states if s[0].boundary][0]  # an exit after the first pass differs
+    assert (m.readout(h1, label1) - full).abs().max() > 1e-5
+
+
+def test_ffn_loop_attribute_is_set_for_moe_records():
+    m = make(n_loop=3, n_prelude=1)
+
+    class Recorder(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.loop, self.seen = None, []
+
+        def forward(self, x):
+            self.seen.append(self.loop)
+            return torch.zeros_like(x)
+
+    rec = Recorder()
+    m.blocks[1].ffn = rec
+    m(tokens())
+    assert rec.seen == [0, 1, 2]
+
+
+# -----------------------------------------------------------------------------------------------------------------
+# conditioning at init
+
+
+def block_io(m, i, idx):
+    """(input, output) of every call of block i during one forward."""
+    calls = []
+    pre = m.blocks[i].register_forward_pre_hook(lambda mod, args: calls.append([args[0].detach()]))
+    post = m.blocks[i].register_forward_hook(lambda mod, args, out: calls[-1].append(out[0].detach()))
+    m(idx)
+    pre.remove()
+    post.remove()
+    return calls
+
+
+@pytest.mark.parametrize("kind", ["index", "loopformer"])
+def test_adaln_zero_blocks_start_as_identity(kind):
+    m = make(n_loop=3, loop_cond=kind, norm_gain=True)
+    for i in range(2):
+        for x_in, x_out in block_io(m, i, tokens()):
+            assert torch.equal(x_in, x_out)
+    assert m.blocks[0].norm_attn.weight is None  # affine-free block norms
+    m_code = make(n_loop=3, loop_cond=kind, cond_init="normal")  # the released code's init is not the identity
+    x_in, x_out = block_io(m_code, 0, tokens())[0]
+    assert not torch.allclose(x_in, x_out)
+
+
+def test_iteradaln_starts_with_attention_off_and_plain_norms():
+    m = make(n_loop=2, n_prelude=1, n_coda=1, loop_cond="iteradaln", sandwich_norm=True)
+    perturb(m.loop_embed)  # v_k may be anything: the zero output projections still hide it
+    block = m.blocks[1]
+    for x, out in block_io(m, 1, tokens()):
+        ref = x + block.post_ffn(block.ffn(F.rms_norm(x, (x.size(-1),), eps=m.config.norm_eps)))
+        torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)  # attention on would differ by ~1e-2
+    m_code = make(n_loop=2, n_prelude=1, n_coda=1, loop_cond="iteradaln", sandwich_norm=True, cond_init="normal")
+    x, out = block_io(m_code, 1, tokens())[0]
+    block = m_code.blocks[1]
+    ref = x + block.post_ffn(block.ffn(F.rms_norm(x, (x.size(-1),), eps=m.config.norm_eps)))
+    assert not torch.allclose(out, ref, atol=1e-4)
+
+
+def test_sinusoidal_features():
+    f = loop.sinusoidal(0.25, dim=8).double()
+    w = torch.tensor([10000.0 ** (-k / 4) for k in range(4)], dtype=torch.float64)
+    torch.testing.assert_close(f[0], torch.cat([torch.cos(0.25 * w), torch.sin(0.25 * w)]), rtol=1e-6, atol=1e-7)
+
+
+# -----------------------------------------------------------------------------------------------------------------
+# truncated BPTT and hyper-connections
+
+
+@pytest.mark.parametrize("plan", ["prelude_coda_linear", "hyper_connections"])
+def test_truncated_bptt_equals_detaching_by_hand(plan):
+    kw = dict(PLANS[plan], n_loop=4, bptt_loops=2)
+    m = make(**kw)
+    perturb(m.inject if m.inject is not None else m.hc, scale=0.1)
+    idx = tokens()
+    _, loss, _ = m(idx, idx)
+    loss.backward()
+    grads = {n: p.grad.clone() for n, p in m.named_parameters() if p.grad is not None}
+    m.zero_grad()
+    ref = hand_forward(m, idx, detach_before=2)
+    F.cross_entropy(ref.view(-1, ref.size(-1)), idx.view(-1)).backward()
+    for n, p in m.named_parameters():
+        if p.grad is None or not p.grad.any():
+            assert n not in grads or not grads[n].any(), n
+            continue
+        torch.testing.assert_close(grads[n], p.grad, rtol=1e-4, atol=1e-6, msg=n)
+    m.zero_grad()  # full BPTT differs
+    F.cross_entropy(hand_forward(m, idx).view(-1, V), idx.view(-1)).backward()
+    assert not torch.allclose(m.blocks[1].attn.c_q.weight.grad, grads["blocks.1.attn.c_q.weight"])
+    assert m.block_executions()[1] == (4, 2) and m.block_executions()[0] == (1, 1)
+
+
+def test_hyper_connection_update_matches_the_equations():
+    hc = HyperConnections(2, 3)
+    assert hc.alpha.tolist() == [[1, 0], [0, 1], [1, 0]]  # cyclic init
+    assert torch.equal(hc.mix[2], torch.eye(2)) and hc.beta.eq(1).all()
+    with torch.no_grad():
+        hc.alpha.copy_(torch.tensor([[0.5, 2.0], [1.0, -1.0], [0.0, 3.0]]))
+        hc.mix.copy_(torch.tensor([[[1.0, 2.0], [3.0, 4.0]]] * 3))
+        hc.beta.copy_(torch.tensor([[0.5, -2.0]] * 3))
+    l0, l1 = torch.tensor([[[1.0, 2.0]]]), torch.tensor([[[10.0, 20.0]]])  # (B=1, T=1, C=2)
+    lanes = torch.stack([l0, l1])
+    s = torch.tensor([[[100.0, 200.0]]])
+    # u_1 = alpha_1 . l = 1*l0 - 1*l1
+    assert hc.read(lanes, 1).tolist() == [[[-9.0, -18.0]]]
+    # l'_0 = 1*l0 + 2*l1 + 0.5 s = (71, 142); l'_1 = 3*l0 + 4*l1 - 2 s = (-157, -314)
+    assert hc.write(lanes, s, 1).tolist() == [[[[71.0, 142.0]]], [[[-157.0, -314.0]]]]
+
+
+# -----------------------------------------------------------------------------------------------------------------
+# residual multipliers (Wang et al. 2026), measured in the forward pass
+
+
+def measured_multipliers(m, idx):
+    """For every block call: s solving x_out - x_in = s * (attn_out + ffn_out), from forward hooks."""
+    out = []
+    for block in m.blocks:
+        rec = {}
+        hooks = [block.register_forward_pre_hook(lambda mod, a, rec=rec: rec.__setitem__("x", a[0].detach())),
+                 block.attn.register_forward_hook(lambda mod, a, o, rec=rec: rec.__setitem__("a", o.detach())),
+                 block.ffn.register_forward_hook(lambda mod, a, o, rec=rec: rec.__setitem__("f", o.detach())),
+                 block.register_forward_hook(
+                     lambda mod, a, o, rec=rec: out.append(solve(o[0].detach() - rec["x"], rec["a"] + rec["f"])))]
+        block._hooks_for_test = hooks
+    m(idx)
+    for block in m.blocks:
+        for hk in block._hooks_for_test:
+            hk.remove()
+    return out
+
+
+def solve(delta, branch):
+    s = (delta * branch).sum() / (branch * branch).sum()
+    assert (delta - s * branch).abs().max() < 1e-5 * (1 + delta.abs().max())  # it is a multiple
+    return s.item()
+
+
+@pytest.mark.parametrize("n_layer,n_loop", [(2, 2), (3, 4), (24, 2)])
+def test_residual_multiplier_applied_in_the_forward_pass(n_layer, n_loop):
+    expected = {"none": 1.0, "sqrt": 1 / math.sqrt(n_loop), "linear": 1 / n_loop,
+                "factorized": 0.7 / n_loop / math.sqrt(n_layer / 12)}
+    idx = tokens(B=1)
+    for rule, value in expected.items():
+        m = make(n_layer=n_layer, n_loop=n_loop, n_prelude=1, residual_scaling=rule, residual_lambda=0.7)
+        s = measured_multipliers(m, idx)
+        assert len(s) == 1 + n_layer * n_loop
+        assert abs(s[0] - 1.0) < 1e-4  # the prelude is not scaled
+        assert all(abs(v - value) < 1e-4 * value for v in s[1:]), (rule, s[1:4], value)
+
+
+def test_group_scales_compose_muP_and_the_depth_rule():
+    m = make(n_embd=64, mup_base_width=128, n_layer=3, n_loop=2, residual_scaling="factorized", norm_gain=True)
+    groups = {g["role"]: g for g in m.param_groups()}
+    # w = 64/128: muP hidden/head LR x 2; depth rule (3/12)^-1/2 = 2 on hidden and block norms, LR and eps
+    assert (groups["hidden"]["lr_scale"], groups["hidden"]["eps_scale"]) == (4.0, 2.0)
+    assert (groups["head"]["lr_scale"], groups["head"]["eps_scale"]) == (2.0, 1.0)
+    assert (groups["embed"]["lr_scale"], groups["embed"]["eps_scale"]) == (1.0, 1.0)
+    assert (groups["block_norm"]["lr_scale"], groups["block_norm"]["eps_scale"]) == (2.0, 2.0)
+    assert groups["norm"]["names"] == ["norm_f.weight"] and groups["norm"]["lr_scale"] == 1.0
+    assert not groups["block_norm"]["decay"] and groups["hidden"]["decay"]
+
+
+# -----------------------------------------------------------------------------------------------------------------
+# trajectories and elastic depth (Jeddi et al. 2026)
+
+
+@pytest.mark.parametrize("kind", ["greedy", "uniform"])
+def test_trajectory_sampler_multiples_of_1_over_L_and_every_length(kind):
+    L = 6
+    rng = np.random.default_rng(0)
+    lengths = set()
+    for _ in range(600):
+        units = sample_trajectory(L, rng, kind)
+        assert sum(units) == L and min(units) >= 1 and all(isinstance(u, int) for u in units)
+        lengths.add(len(units))
+    assert lengths == set(range(1, L))
+    a = [sample_trajectory(L, np.random.default_rng([3, 7]), kind) for _ in range(2)]
+    assert a[0] == a[1]
+
+
+def test_elastic_evaluation_at_full_budget_equals_the_plain_forward():
+    m = make(n_loop=4, loop_cond="loopformer", cond_init="normal").eval()
+    idx = tokens()
+    plain, _, _ = m(idx)
+    for schedule in (4, [0.25] * 4):
+        m.set_schedule(schedule)
+        assert torch.equal(m(idx)[0], plain)
+    m.set_schedule([0.5, 0.25, 0.25])
+    assert m.n_slots() == 6 and not torch.allclose(m(idx)[0], plain, atol=1e-4)
+    m.set_schedule(None)
+    assert m.n_slots() == 8
+    with pytest.raises(ValueError, match="summing to 1"):
+        m.set_schedule([0.5, 0.4])
+
+
+def test_loopformer_objective_terms():
+    m = make(n_loop=4, loop_cond="loopformer", cond_init="normal", elastic="shortcut").train()
+    idx = tokens()
+    m.set_micro_batch(5, seed=1)
+    logits, loss, aux = m(idx, idx)
+    units = sample_trajectory(4, np.random.default_rng([1, 5, 0x100F]), "greedy")
+    x, rope = m.embed(idx), m.rope(0, T)
+    h_long = loop.last(m.walk(x, rope))[1]
+    h_short = loop.last(m.walk(x, rope, schedule=[u / 4 for u in units]))[1]
+    ce = F.cross_entropy(m.readout(h_short).view(-1, V), idx.view(-1))
+    torch.testing.assert_close(loss, F.cross_entropy(m.readout(h_long).view(-1, V), idx.view(-1)))
+    torch.testing.assert_close(aux["shortcut_ce"], 0.1 * ce)
+    torch.testing.assert_close(aux["consistency"], 0.1 * F.mse_loss(m.norm_f(h_short), m.norm_f(h_long)))
+    assert m.eval()(idx, idx)[2] == {}  # evaluation: no extra terms
+
+
+def test_early_exit_and_random_depth_objectives():
+    m = make(n_loop=4, loop_cond="index", cond_init="normal", elastic="early_exit", consistency_on="logits").train()
+    idx = tokens()
+    m.set_micro_batch(2, seed=0)
+    _, loss, aux = m(idx, idx)
+    S = int(np.random.default_rng([0, 2, 0x100F]).integers(1, 4))
+    states = [h for label, h in m.states(idx) if label.boundary]
+    logits_s, logits = m.readout(states[S - 1]), m.readout(states[-1])
+    torch.testing.assert_close(aux["shortcut_ce"], 0.1 * F.cross_entropy(logits_s.view(-1, V), idx.view(-1)))
+    torch.testing.assert_close(aux["consistency"], 0.1 * F.mse_loss(logits_s, logits))
+
+    m = make(n_loop=4, elastic="random_depth").train()
+    m.set_micro_batch(9, seed=0)
+    _, loss, aux = m(idx, idx)
+    S = int(np.random.default_rng([0, 9, 0x100F]).integers(1, 5))
+    m.set_schedule(S)
+    torch.testing.assert_close(loss, m.eval()(idx, idx)[1])
+
+
+# -----------------------------------------------------------------------------------------------------------------
+# KV cache and compile
+
+
+CACHE_PLANS = dict(PLANS,
+                   sandwich_iteradaln=dict(n_loop=2, n_prelude=1, n_coda=1, loop_cond="iteradaln", sandwich_norm=True,
+                                           cond_init="normal"),
+                   loopformer=dict(n_loop=3, loop_cond="loopformer", cond_init="normal"),
+                   factorized=dict(n_loop=3, residual_scaling="factorized"))
+
+
+@pytest.mark.parametrize("plan", list(CACHE_PLANS))
+def test_cached_decode_equals_full_forward(plan):
+    m = make(**CACHE_PLANS[plan]).eval()
+    idx = tokens()
+    for schedule in ([None, 2] if plan == "loopformer" else [None]):
+        m.set_schedule(schedule)
+        full, _, _ = m(idx)
+        cache = KVCache(m.n_slots(), idx.size(0), T)
+        pieces = [m(idx[:, :5], cache=cache)[0]]
+        for t in range(5, T):
+            pieces.append(m(idx[:, t:t + 1], cache=cache)[0])
+        torch.testing.assert_close(torch.cat(pieces, dim=1), full, rtol=1e-4, atol=1e-5)
+
+
+def test_compiling_the_block_once_serves_every_loop_count():
+    from torch._dynamo.utils import counters
+    torch._dynamo.reset()
+    counters.clear()
+    m = make(n_loop=4, n_prelude=1, loop_cond="loopformer", residual_scaling="linear", cond_init="normal").eval()
+    m.compile_blocks(backend="eager")
+    idx = tokens()
+    with torch.no_grad():
+        first = m(idx)[0]
+        graphs = counters["stats"]["unique_graphs"]
+        for n in (2, 3, 6, 1):
+            m.set_schedule(n)
+            m(idx)
+    assert counters["stats"]["unique_graphs"] == graphs <= 2  # one for the prelude block, one for a shared block
+    assert not counters["graph_break"]
+    m.set_schedule(None)
+    with torch.no_grad():
+        torch.testing.assert_close(m(idx)[0], first)
+    torch._dynamo.reset()
+
+
+# -----------------------------------------------------------------------------------------------------------------
+# MuonH (Schwethelm et al. 2026)
+
+
+def test_muonh_step_is_a_renormalised_muon_step():
+    from torch.optim._muon import _zeropower_via_newtonschulz
+    torch.manual_seed(0)
+    w0, g = torch.randn(8, 6), torch.randn(8, 6)
+    p = nn.Parameter(w0.clone())
+    z = nn.Parameter(torch.zeros(5, 4))  # a zero matrix takes the plain Muon step
+    opt = MuonH([p, z], lr=0.1, weight_decay=0.0, momentum=0.95)
+    p.grad, z.grad = g.clone(), torch.ones(5, 4)
+    opt.step()
+    update = g.lerp((1 - 0.95) * g, 0.95)  # Nesterov momentum from a zero buffer
+    U = _zeropower_via_newtonschulz(update, (3.4445, -4.775, 2.0315), 5, 1e-7).float()  # bf16 inside torch
+    new = w0 - 0.1 * w0.norm() / U.norm() * U
+    new = new * w0.norm() / new.norm()
+    torch.testing.assert_close(p.data, new, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(p.data.norm(), w0.norm())
+    assert z.abs().sum() > 0
+
+
+def groups_with_eps(m):
+    groups = m.param_groups()
+    for g in groups:
+        g["eps"] = 1e-8 * g["eps_scale"]
+    return groups
+
+
+def test_muonh_adamw_splits_groups_and_round_trips_its_state():
+    m = make(n_loop=2, n_prelude=1, injection="linear", hc_lanes=0, norm_gain=True, mup=False)
+    opt = MuonHAdamW(groups_with_eps(m), lr=0.014, betas=(0.9, 0.95))
+    muon_names = {n for g in opt.muon.param_groups for n in g["names"]}
+    assert "inject.proj.weight" in muon_names and "wte.weight" not in muon_names
+    lr = {g["role"]: g["lr"] for g in opt.adam.param_groups}
+    assert lr == pytest.approx({"embed": 0.3, "head": 0.004, "norm": 0.005})
+    idx = tokens()
+    m(idx, idx)[1].backward()
+    opt.step()
+    state = opt.state_dict()
+    opt2 = MuonHAdamW(groups_with_eps(m), lr=0.014, betas=(0.9, 0.95))
+    opt2.load_state_dict(state)
+    assert len(opt2.param_groups) == len(opt.param_groups)
+
+
+def test_train_make_optimizer_muonh():
+    try:
+        import train
+    except ImportError as e:
+        pytest.skip(f"train.py cannot be imported yet: {e}")
+    m = make(n_loop=2, mup=False)
+    cfg = dict(optimizer="muonh", lr=0.014, weight_decay=0.0, wd_independent=True, adam_eps=1e-8, beta1=0.9,
+               beta2=0.95)
+    opt = train.make_optimizer(m, cfg, "cpu")
+    assert isinstance(opt, MuonHAdamW)
+    train.set_lr(opt, 0.007)
+    assert {g["lr"] for g in opt.muon.param_groups} == {0.007}
+
+
+def test_execution_counts_for_accounting():
+    m = make(**dict(PLANS["prelude_coda_linear"], n_loop=4, bptt_loops=2))
+    assert m.block_executions() == [(1, 1), (4, 2), (4, 2), (1, 1)]
+    assert m.module_executions() == {"inject": (4, 2), "norm_loop": (4, 2)}
+    lf = make(n_loop=4, loop_cond="loopformer", elastic="shortcut")
+    assert lf.block_executions() == [(6.0, 6.0)] * 2  # + E[S] = L/2 passes of the shortcut trajectory
+    assert lf.block_executions(training=False) == [(4, 4)] * 2
+    assert lf.module_executions()["blocks.0.modulator"] == (0, 0)  # once per pass and sequence, not per token
+
+
+# -----------------------------------------------------------------------------------------------------------------
+# building and bad input
+
+
+def test_build_model_and_clear_errors():
+    assert type(build_model(tiny())) is GPT
+    assert type(build_model(tiny(n_loop=2))) is LoopedGPT
+    assert type(build_model(tiny(residual_scaling="sqrt"))) is LoopedGPT
+    with pytest.raises(ValueError, match="injection must be one of"):
+        build_model(tiny(n_loop=2, injection="concat"))
+    with pytest.raises(ValueError, match="injection='none'"):
+        build_model(tiny(n_loop=2, injection="linear", hc_lanes=2))
+    with pytest.raises(ValueError, match="loop_cond='loopformer'"):
+        build_model(tiny(n_loop=2, elastic="shortcut"))
+    with pytest.raises(ValueError, match="bptt_loops"):
+        build_model(tiny(n_loop=2, bptt_loops=3))
