@@ -255,7 +255,8 @@ def main(argv=None):
         raw_model.compile_blocks()
     if ddp:
         model = DDP(model, device_ids=[local_rank] if device_type == "cuda" else None,
-                    find_unused_parameters=cfg["ddp_find_unused"])
+                    find_unused_parameters=cfg["ddp_find_unused"],
+                    broadcast_buffers=False)  # each rank keeps its own MoE load counters (moe.update_biases sums them)
 
     counts = scaling.count_params(raw_model)
     T = model_cfg.block_size

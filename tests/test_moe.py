@@ -1,0 +1,629 @@
+"""Tests for moe.py and the MLA attention option of model.py (CPU, fast).
+
+The float64 per-token reference MoE lives here and only here; every dispatch path must match it (values and
+gradients), including empty experts, tied router scores and capacity drops."""
+import math
+import os
+import sys
+import tempfile
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import moe  # noqa: E402
+from model import GPT, GPTConfig, MLP, MLA, KVCache  # noqa: E402
+
+PATHS = ["grouped", "batched", "loop"]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """These tests run tiny ops, where torch's intra-op threads only add synchronisation: on a busy 2-core machine
+    2 threads made a 10-step training loop 50x slower than 1 thread."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def small_config(**kw):
+    base = dict(n_embd=32, head_dim=16, n_layer=2, block_size=64, n_expert=4, top_k=2, moe_d_ff=24)
+    base.update(kw)
+    return GPTConfig(**base)
+
+
+def make_moe(seed=0, **kw):
+    torch.manual_seed(seed)
+    m = moe.MoE(small_config(**kw), layer_index=0)
+    with torch.no_grad():  # weights large enough that the experts differ visibly
+        for p in m.parameters():
+            p.normal_(0.0, 0.3)
+    return m
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the reference: a loop over tokens in float64
+
+def act(u, kind):
+    if kind == "swiglu":
+        a, g = u.chunk(2)
+        return F.silu(g) * a
+    return F.gelu(u) if kind == "gelu" else F.relu(u) ** 2
+
+
+def reference(m, x_BTC, weights):
+    """Per-token MoE in float64 with the module's settings. weights: dict of float64 leaf tensors (router, w_up,
+    w_down, shared_up, shared_down). Returns y (B, T, C) and the unweighted aux terms."""
+    B, T, C = x_BTC.shape
+    x = x_BTC.reshape(B * T, C)
+    N, E, K = x.size(0), m.n_expert, m.top_k
+    cap = min(N, math.ceil(m.capacity_factor * N * K / E)) if m.capacity_factor > 0 else None
+    bias = m.expert_bias.double()
+    taken = [0] * E
+    ys, all_logits, all_probs, picks = [], [], [], []
+    for t in range(N):
+        logits = weights["router"] @ x[t]
+        if m.router_kind == "sigmoid":
+            scores = torch.sigmoid(logits)
+            probs = scores / scores.sum()
+        else:
+            scores = probs = torch.softmax(logits, 0)
+        key = (scores + bias).tolist()
+        chosen = sorted(range(E), key=lambda i: (-key[i], i))[:K]  # ties: lower index first
+        if m.router_kind == "sigmoid":
+            gates = scores[chosen] / scores[chosen].sum()
+        else:
+            gates = torch.softmax(logits[chosen], 0)
+        gates = gates * m.route_scale
+        y = torch.zeros(C, dtype=torch.float64)
+        for slot, i in enumerate(chosen):
+            if cap is not None and taken[i] >= cap:
+                continue  # over capacity: dropped
+            taken[i] += 1
+            y = y + gates[slot] * (weights["w_down"][i] @ act(weights["w_up"][i] @ x[t], m.kind))
+        if weights.get("shared_up") is not None:
+            y = y + weights["shared_down"] @ act(weights["shared_up"] @ x[t], m.kind)
+        ys.append(y)
+        all_logits.append(logits)
+        all_probs.append(probs)
+        picks.append(chosen)
+    logits, probs = torch.stack(all_logits), torch.stack(all_probs)
+    f = torch.zeros(E, dtype=torch.float64)
+    for chosen in picks:
+        for i in chosen:
+            f[i] += 1.0 / (N * K)
+    lb = E * (f * probs.mean(0)).sum()
+    z = torch.logsumexp(logits, 1).pow(2).mean()
+    seq = 0.0
+    for b in range(B):
+        fb = torch.zeros(E, dtype=torch.float64)
+        for chosen in picks[b * T:(b + 1) * T]:
+            for i in chosen:
+                fb[i] += 1.0 / (T * K)
+        seq = seq + E * (fb * probs[b * T:(b + 1) * T].mean(0)).sum() / B
+    return torch.stack(ys).view(B, T, C), dict(moe_lb=lb, moe_z=z, moe_seq=seq)
+
+
+def ref_weights(m):
+    w = dict(router=m.router.weight, w_up=m.w_up, w_down=m.w_down, shared_up=m.shared_up, shared_down=m.shared_down)
+    return {k: (v.detach().double().requires_grad_() if v is not None else None) for k, v in w.items()}
+
+
+def check_against_reference(m, path, dtype, x, tol):
+    """Forward + backward of one path vs the float64 reference: outputs, aux losses, all gradients."""
+    m = m.to(dtype)
+    m.dispatch = path
+    m.lb_coef, m.z_coef, m.seq_coef = 1.0, 1.0, 1.0  # unweighted, so the aux terms compare directly
+    w = ref_weights(m)
+    x_ref = x.detach().double().requires_grad_()
+    y_ref, aux_ref = reference(m, x_ref, w)
+    probe = torch.randn_like(y_ref)  # a real loss (grouped_mm's backward rejects expanded zero-stride grads)
+    ((y_ref * probe).sum() + sum(aux_ref.values())).backward()
+
+    x_m = x.detach().to(dtype).clone().requires_grad_()
+    m.zero_grad()
+    y, aux = m(x_m)
+    ((y * probe.to(dtype)).sum() + sum(aux.values())).backward()
+    torch.testing.assert_close(y.double(), y_ref, atol=tol, rtol=tol)
+    for k in aux_ref:
+        torch.testing.assert_close(aux[k].double(), aux_ref[k].detach(), atol=tol, rtol=tol)
+    torch.testing.assert_close(x_m.grad.double(), x_ref.grad, atol=tol, rtol=tol)
+    for name, p in [("router", m.router.weight), ("w_up", m.w_up), ("w_down", m.w_down),
+                    ("shared_up", m.shared_up), ("shared_down", m.shared_down)]:
+        if p is not None:
+            torch.testing.assert_close(p.grad.double(), w[name].grad, atol=tol, rtol=tol, msg=f"grad of {name}")
+
+
+CASES = {
+    "softmax": dict(),
+    "sigmoid_shared_bias": dict(moe_router="sigmoid", n_shared_expert=1, moe_route_scale=2.5),
+    "capacity_drops": dict(moe_capacity_factor=0.5),
+    "gelu_k1": dict(mlp="gelu", top_k=1, n_expert=3),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("path", PATHS)
+def test_paths_match_float64_reference(case, path):
+    x = torch.randn(2, 6, 32, generator=torch.Generator().manual_seed(1))
+    runs = [(torch.float32, 2e-5)] + ([(torch.float64, 1e-9)] if path != "grouped" else [])  # no fp64 grouped_mm
+    for dtype, tol in runs:
+        m = make_moe(**CASES[case])
+        if case == "sigmoid_shared_bias":
+            m.expert_bias.copy_(torch.tensor([0.3, -0.1, 0.0, -0.2]))
+        check_against_reference(m, path, dtype, x, tol)
+
+
+def test_capacity_case_really_drops():
+    m = make_moe(moe_capacity_factor=0.5)
+    N, K, E = 12, m.top_k, m.n_expert
+    assert m.capacity(N) == 3  # ceil(0.5 * 12 * 2 / 4)
+    _, _, experts, _ = m.route(torch.randn(N, 32, generator=torch.Generator().manual_seed(1)))
+    assert torch.bincount(experts.flatten(), minlength=E).max() > 3  # some slots are over capacity
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_empty_experts_and_tied_scores(path):
+    """Expert 3 is never picked (its bias is hugely negative); experts 1 and 2 have identical router rows, so
+    their scores tie exactly and the lower index must win."""
+    m = make_moe()
+    with torch.no_grad():
+        m.router.weight[2] = m.router.weight[1]
+    m.expert_bias.copy_(torch.tensor([0.0, 0.0, 0.0, -1e4]))
+    x = torch.randn(3, 8, 32, generator=torch.Generator().manual_seed(2))
+    _, _, experts, _ = m.route(x.view(-1, 32))
+    assert (experts != 3).all()
+    assert ((experts == 1).sum(1) >= (experts == 2).sum(1)).all()  # 2 only ever appears together with 1
+    assert ((experts == 1).any(1) & ~(experts == 2).any(1)).any()  # some token's tie was broken toward 1
+    check_against_reference(m, path, torch.float32, x, 2e-5)
+    if path != "grouped":
+        check_against_reference(m, path, torch.float64, x, 1e-9)
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_one_expert_top1_equals_dense_mlp(path):
+    cfg = small_config(n_expert=1, top_k=1, moe_d_ff=0, d_ff=48, moe_dispatch=path)
+    torch.manual_seed(0)
+    mlp, layer = MLP(cfg), moe.MoE(cfg)
+    with torch.no_grad():
+        layer.w_up[0] = torch.cat([mlp.c_fc.weight, mlp.c_gate.weight])  # [value; gate]
+        layer.w_down[0] = mlp.c_proj.weight
+    x = torch.randn(2, 5, 32, requires_grad=True)
+    y, _ = layer(x)
+    torch.testing.assert_close(y, mlp(x), atol=1e-6, rtol=1e-5)
+    g_moe = torch.autograd.grad(y.square().sum(), x)[0]
+    g_mlp = torch.autograd.grad(mlp(x).square().sum(), x)[0]
+    torch.testing.assert_close(g_moe, g_mlp, atol=1e-5, rtol=1e-5)
+
+
+def test_expert_size_default_matches_active_dense_ffn():
+    cfg = GPTConfig(n_embd=128, n_expert=8, top_k=2)
+    assert cfg.d_ff == 384 and moe.expert_hidden(cfg) == 192
+    counts = moe.MoE(cfg).param_counts()
+    assert counts["active"] - counts["router"] == 3 * 128 * 384  # k experts = one dense FFN
+    assert counts["stored"] == 8 * 128 + 8 * 3 * 128 * 192
+    with pytest.raises(ValueError, match="moe_d_ff"):
+        moe.expert_hidden(GPTConfig(n_embd=128, n_expert=8, top_k=5))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# balancing losses and the bias
+
+def test_balance_losses_on_hand_made_logits():
+    m = make_moe(n_expert=4, top_k=1)
+    m.lb_coef, m.z_coef = 1.0, 1.0
+    # perfect balance: uniform probabilities, one token per expert -> 1; z-loss = (ln 4)^2
+    logits = torch.zeros(4, 4)
+    aux = m.balance_losses(logits, torch.softmax(logits, -1), torch.arange(4)[:, None], torch.ones(4), B=1)
+    assert aux["moe_lb"].item() == pytest.approx(1.0)
+    assert aux["moe_z"].item() == pytest.approx(math.log(4) ** 2)
+    # total collapse onto expert 0 with k = 1 -> E
+    logits = torch.tensor([[60.0, 0, 0, 0]]).repeat(4, 1)
+    aux = m.balance_losses(logits, torch.softmax(logits, -1), torch.zeros(4, 1, dtype=torch.long),
+                           torch.tensor([4.0, 0, 0, 0]), B=1)
+    assert aux["moe_lb"].item() == pytest.approx(4.0)
+    assert aux["moe_z"].item() == pytest.approx(60.0 ** 2)
+
+
+def test_aux_terms_are_weighted_and_optional():
+    m = make_moe(moe_lb_coef=0.5, moe_z_coef=0.0, moe_seq_coef=0.0)
+    x = torch.randn(2, 4, 32)
+    _, aux = m(x)
+    assert set(aux) == {"moe_lb"}
+    m.lb_coef = 1.0
+    _, aux1 = m(x)
+    assert aux["moe_lb"].item() == pytest.approx(0.5 * aux1["moe_lb"].item())
+
+
+def test_bias_moves_toward_underloaded_experts_and_stays_centred():
+    m = make_moe(moe_bias_rate=0.01)
+    with torch.no_grad():
+        m.router.weight[0] += 1.0  # inputs are positive: expert 0 wins everything
+    model = torch.nn.ModuleList([m])
+    x = torch.randn(4, 16, 32, generator=torch.Generator().manual_seed(3)).abs()
+    m.train()
+    m(x)
+    load = m.expert_load.clone()
+    assert load.sum() == 4 * 16 * 2 and load[0] == load.max()
+    moe.update_biases(model)
+    expected = 0.01 * torch.sign(load.mean() - load)
+    torch.testing.assert_close(m.expert_bias, expected - expected.mean())
+    assert m.expert_bias[0] < 0 and m.expert_bias[load.argmin()] > 0
+    assert abs(m.expert_bias.mean().item()) < 1e-7
+    assert (m.expert_load == 0).all()
+
+
+def test_counters_untouched_in_eval_and_without_grad():
+    m = make_moe(moe_bias_rate=0.01)
+    x = torch.randn(2, 4, 32)
+    m.eval()
+    m(x)
+    assert (m.expert_load == 0).all()
+    m.train()
+    with torch.no_grad():
+        m(x)
+    assert (m.expert_load == 0).all()
+    bias = m.expert_bias.clone()
+    moe.update_biases(torch.nn.ModuleList([m]))
+    assert torch.equal(m.expert_bias, bias)  # nothing counted, nothing moves
+
+
+def _gloo_worker(rank, init_file, out_dir):
+    import torch.distributed as dist
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=2)
+    model = torch.nn.ModuleList([make_moe(seed=0, moe_bias_rate=0.01), make_moe(seed=1, moe_bias_rate=0.01)])
+    x = torch.randn(2, 8, 32, generator=torch.Generator().manual_seed(100 + rank))
+    for layer in model:
+        x = x + layer(x)[0].detach()
+    loads = torch.stack([layer.expert_load.clone() for layer in model])
+    moe.update_biases(model, world_size=2)
+    torch.save(dict(loads=loads, bias=torch.stack([layer.expert_bias for layer in model])),
+               os.path.join(out_dir, f"rank{rank}.pt"))
+    dist.destroy_process_group()
+
+
+def test_bias_update_is_equal_on_two_gloo_ranks():
+    import torch.multiprocessing as mp
+    with tempfile.TemporaryDirectory() as tmp:
+        mp.spawn(_gloo_worker, args=(os.path.join(tmp, "init"), tmp), nprocs=2, join=True)
+        r0, r1 = (torch.load(os.path.join(tmp, f"rank{r}.pt")) for r in (0, 1))
+    assert not torch.equal(r0["loads"], r1["loads"])  # the ranks saw different data
+    assert torch.equal(r0["bias"], r1["bias"])
+    total = r0["loads"] + r1["loads"]  # the update must use the loads of both ranks
+    expected = 0.01 * torch.sign(total.mean(1, keepdim=True) - total)
+    torch.testing.assert_close(r0["bias"], expected - expected.mean(1, keepdim=True))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# routing records
+
+def test_records_of_a_hand_built_router():
+    """Router rows are scaled unit vectors, so token input a*e_i + b*e_j (a > b > 0) picks experts (i, j) with
+    gates softmax([s*a, s*b]); two 'loops' with different inputs are recorded with their labels."""
+    m = make_moe(n_expert=4, top_k=2)
+    m.layer = 5
+    with torch.no_grad():
+        m.router.weight.zero_()
+        m.router.weight[:, :4] = 2.0 * torch.eye(4)
+
+    def token(i, j):
+        v = torch.zeros(32)
+        v[i], v[j] = 3.0, 1.0
+        return v
+
+    plans = {0: [(0, 1), (2, 3), (3, 0)], 1: [(1, 2), (2, 3), (0, 2)]}
+    assert m._records is None
+    with moe.record_routing(torch.nn.ModuleList([m])) as records:
+        for loop, pairs in plans.items():
+            m.loop = loop
+            m(torch.stack([token(i, j) for i, j in pairs]).view(1, 3, 32))
+    assert m._records is None  # recording is off again
+    m(torch.randn(1, 3, 32))
+    assert len(records) == 2
+    gate = torch.softmax(torch.tensor([6.0, 2.0]), 0)
+    for rec, (loop, pairs) in zip(records, plans.items()):
+        assert rec["layer"] == 5 and rec["loop"] == loop and rec["shape"] == (1, 3)
+        assert rec["experts"].tolist() == [list(p) for p in pairs]
+        torch.testing.assert_close(rec["gates"], gate.repeat(3, 1))
+        torch.testing.assert_close(rec["router_input"], torch.stack([token(i, j) for i, j in pairs]))
+    assert moe.unique_experts_per_token(records, 4) == {5: pytest.approx((3 + 2 + 3) / 3)}
+
+
+def test_unique_experts_estimates():
+    assert moe.independent_unique_experts(8, 2, 1) == pytest.approx(2.0)
+    assert moe.independent_unique_experts(8, 2, 2) == pytest.approx(8 * (1 - 0.75 ** 2))
+    # two forward passes of one layer with two loops each
+    rec = lambda loop, e: dict(layer=0, loop=loop, experts=torch.tensor(e))  # noqa: E731
+    records = [rec(0, [[0, 1]]), rec(1, [[0, 1]]), rec(0, [[0, 1]]), rec(1, [[2, 3]])]
+    assert moe.unique_experts_per_token(records, 4) == {0: pytest.approx(3.0)}
+
+
+def test_records_from_a_gpt_forward():
+    cfg = small_config(n_layer=3, moe_first_dense=1)
+    model = GPT(cfg).init_weights(0)
+    assert model.blocks[0].ffn.__class__ is MLP and isinstance(model.blocks[2].ffn, moe.MoE)
+    with moe.record_routing(model) as records:
+        model(torch.randint(0, 257, (2, 7)))
+    assert [(r["layer"], r["loop"]) for r in records] == [(1, 0), (2, 0)]
+    assert records[0]["experts"].shape == (14, 2) and records[0]["router_input"].shape == (14, 32)
+    with pytest.raises(ValueError, match="no MoE layers"):
+        with moe.record_routing(GPT(small_config(n_expert=0))):
+            pass
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# model integration: init, training signal
+
+def test_expert_init_follows_mup_and_fan_in():
+    cfg = small_config(n_embd=256, moe_d_ff=64, init="uniform")
+    model = GPT(cfg).init_weights(0)
+    layer = model.blocks[0].ffn
+    assert model.param_role("blocks.0.ffn.w_up", layer.w_up) == "hidden"
+    assert "blocks.0.ffn.expert_bias" not in dict(model.named_parameters())
+    # uniform init: U(-a, a) with a = sqrt(3 / fan_in): fan_in is C for w_up and H for w_down
+    assert layer.w_up.abs().max() <= math.sqrt(3 / 256) and layer.w_up.abs().max() > 0.9 * math.sqrt(3 / 256)
+    assert layer.w_down.abs().max() > math.sqrt(3 / 256) * 1.5  # fan-in 64: a = sqrt(3/64)
+    model = GPT(small_config(n_embd=256, moe_d_ff=64)).init_weights(0)  # normal: sigma^2 / w, w = 2
+    assert model.blocks[0].ffn.w_up.std().item() == pytest.approx(0.02 / math.sqrt(2), rel=0.05)
+
+
+def test_moe_gpt_learns_a_batch():
+    cfg = small_config(n_layer=1, block_size=16, moe_dispatch="batched", moe_bias_rate=0.001)
+    torch.manual_seed(0)
+    model = GPT(cfg).init_weights(0)
+    opt = torch.optim.AdamW(model.parameters(), lr=2e-2)
+    idx = torch.randint(0, 257, (2, 17))
+    losses = []
+    for _ in range(10):
+        _, loss, aux = model(idx[:, :-1], idx[:, 1:])
+        (loss + sum(aux.values())).backward()
+        opt.step()
+        opt.zero_grad()
+        model.after_optimizer_step(1)
+        losses.append(loss.item())
+    assert losses[-1] < losses[0] - 1.0
+    assert model.blocks[0].ffn.expert_bias.abs().sum() > 0
+
+
+def test_auto_dispatch_choice():
+    assert moe.resolve_dispatch("auto", torch.device("cuda"), torch.bfloat16) == "grouped"
+    assert moe.resolve_dispatch("auto", torch.device("cuda"), torch.float32) == "batched"
+    assert moe.resolve_dispatch("auto", torch.device("cpu"), torch.bfloat16) == "batched"
+    assert moe.resolve_dispatch("auto", torch.device("cpu"), torch.float32) == "loop"
+    with pytest.raises(ValueError, match="batched"):
+        moe.resolve_dispatch("grouped", torch.device("cpu"), torch.float64)
+
+
+def test_bf16_autocast_paths_agree():
+    m = make_moe()
+    x = torch.randn(2, 16, 32)
+    outs = {}
+    for path in PATHS:
+        m.dispatch = path
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            y, _ = m(x)
+        assert y.dtype == torch.bfloat16
+        outs[path] = y.float()
+    ref = make_moe()(x)[0]
+    for path, y in outs.items():
+        torch.testing.assert_close(y, ref, atol=0.1, rtol=0.05, msg=path)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# MLA
+
+def mla_config(**kw):
+    base = dict(attn="mla", n_embd=48, head_dim=16, n_head=3, q_lora_rank=20, kv_lora_rank=12, rope_head_dim=8,
+                v_head_dim=10, block_size=32)
+    base.update(kw)
+    return GPTConfig(**base)
+
+
+@pytest.mark.parametrize("q_rank", [0, 20])
+def test_mla_matches_its_formulas(q_rank):
+    """Hand-written MLA (DeepSeek-V2 eqs. 37-47) in float64 against the module."""
+    cfg = mla_config(q_lora_rank=q_rank)
+    torch.manual_seed(0)
+    att = MLA(cfg).double()
+    B, T, C, H, Dn, Dr, Dv = 2, 7, 48, 3, 16, 8, 10
+    x = torch.randn(B, T, C, dtype=torch.float64, requires_grad=True)
+    model = GPT(cfg)
+    cos, sin = model.rope_cos[:T].double(), model.rope_sin[:T].double()
+
+    def rot(t):  # RoPE on the last dim (rotate halves), t: (..., T, Dr)
+        a, b = t[..., :Dr // 2], t[..., Dr // 2:]
+        return torch.cat([a * cos - b * sin, a * sin + b * cos], -1)
+
+    rms = lambda t: t / t.pow(2).mean(-1, keepdim=True).add(cfg.norm_eps).sqrt()  # noqa: E731
+    if q_rank:
+        q = rms(x @ att.q_down.weight.T) @ att.q_up.weight.T
+    else:
+        q = x @ att.c_q.weight.T
+    q = q.view(B, T, H, Dn + Dr).transpose(1, 2)
+    ckv = x @ att.kv_down.weight.T
+    latent, kr = ckv[..., :12], ckv[..., 12:]
+    kv = (rms(latent) @ att.kv_up.weight.T).view(B, T, H, Dn + Dv).transpose(1, 2)
+    k = torch.cat([kv[..., :Dn], rot(kr)[:, None].expand(B, H, T, Dr)], -1)
+    q = torch.cat([q[..., :Dn], rot(q[..., Dn:])], -1)
+    v = kv[..., Dn:]
+    scores = q @ k.transpose(-1, -2) / math.sqrt(Dn + Dr)
+    scores = scores.masked_fill(~torch.ones(T, T, dtype=torch.bool).tril(), float("-inf"))
+    y = (scores.softmax(-1) @ v).transpose(1, 2).reshape(B, T, H * Dv) @ att.c_proj.weight.T
+    y_mla = att(x, (cos, sin))
+    torch.testing.assert_close(y_mla, y)
+    probe = torch.randn_like(y)
+    torch.testing.assert_close(torch.autograd.grad((y_mla * probe).sum(), x)[0],
+                               torch.autograd.grad((y * probe).sum(), x)[0])
+
+
+def test_mla_kv_cache_decode_equals_full_forward():
+    cfg = mla_config(n_layer=2, n_expert=4, moe_d_ff=16)
+    model = GPT(cfg).init_weights(0).eval()
+    idx = torch.randint(0, 257, (2, 16))
+    full, _, _ = model(idx)
+    cache = KVCache(model.n_slots(), 2, 16)
+    outs = [model(idx[:, :9], cache=cache)[0]]
+    for t in range(9, 16):
+        outs.append(model(idx[:, t:t + 1], cache=cache)[0])
+    torch.testing.assert_close(torch.cat(outs, 1), full, atol=1e-5, rtol=1e-5)
+    assert cache.slots[0][0].shape[-1] == 16 + 8 and cache.slots[0][1].shape[-1] == 10  # qk != v head size
+
+
+def test_config_rejects_bad_moe_and_mla_keys():
+    with pytest.raises(ValueError, match="top_k"):
+        GPTConfig(n_expert=4, top_k=5)
+    with pytest.raises(ValueError, match="moe_dispatch"):
+        GPTConfig(n_expert=4, moe_dispatch="fast")
+    with pytest.raises(ValueError, match="attn"):
+        GPTConfig(attn="gqa")
+    with pytest.raises(ValueError, match="qk_norm"):
+        GPTConfig(attn="mla", qk_norm=True)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# accounting and capacity balancing
+
+def count(model):
+    return sum(p.numel() for p in model.parameters())
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(attn="mla", q_lora_rank=16, kv_lora_rank=24, rope_head_dim=8,
+                                              v_head_dim=8, norm_gain=True),
+                                dict(attn="mla", q_lora_rank=0, n_shared_expert=2, moe_first_dense=1, mlp="relu2")])
+def test_analytic_counts_match_the_modules(kw):
+    cfg = small_config(n_layer=3, **kw)
+    model = GPT(cfg)
+    report = moe.capacity_report(cfg)
+    assert report["N"] == count(model)
+    assert moe.attention_params(cfg) == count(model.blocks[-1].attn)
+    layer = model.blocks[-1].ffn
+    assert layer.param_counts()["stored"] == count(layer)
+    assert layer.param_counts()["per_expert"] == moe.expert_params(cfg)
+    # per-token executed params: everything but the inactive experts
+    inactive = sum(b.ffn.param_counts()["stored"] - b.ffn.param_counts()["active"]
+                   for b in model.blocks if isinstance(b.ffn, moe.MoE))
+    assert report["F"] == count(model) - inactive
+
+
+# Lee et al. 2026, arXiv:2605.09165, configuration table: d, d_ff, active M, stored Looped-MoE M, stored MoE M
+PAPER_TABLE = [(128, 384, 16, 18, 23), (256, 704, 39, 45, 65), (384, 1024, 67, 81, 124), (512, 1408, 103, 129, 207),
+               (640, 1728, 144, 184, 303), (768, 2048, 190, 247, 417), (896, 2432, 246, 325, 560),
+               (1024, 2752, 305, 407, 711)]
+
+
+def paper_counts(d):
+    """d_ff, active (16 effective layers), stored Looped-MoE (8 layers) and stored MoE (16 layers) params of the
+    paper's MoE models at width d, from MoE.param_counts(), without the router (the paper neglects it)."""
+    out = []
+    for n_layer in (16, 8):
+        cfg = GPTConfig(n_embd=d, n_layer=n_layer, vocab_size=50257, n_expert=8, top_k=2, block_size=1024)
+        with torch.device("meta"):
+            model = GPT(cfg)
+        counts = [m.param_counts() for m in moe.moe_layers(model)]
+        stored = count(model) - sum(c["router"] for c in counts)
+        active = stored - sum(c["stored"] - c["active"] for c in counts)
+        out.append((cfg.d_ff, active, stored))
+    (d_ff, active16, stored16), (_, _, stored8) = out
+    return d_ff, active16, stored8, stored16
+
+
+@pytest.mark.parametrize("row", PAPER_TABLE)
+def test_paper_configuration_table(row):
+    d, d_ff, active, stored_lmoe, stored_moe = row
+    got_d_ff, active16, stored8, stored16 = paper_counts(d)
+    assert got_d_ff == d_ff
+    assert (round(active16 / 1e6), round(stored8 / 1e6), round(stored16 / 1e6)) == (active, stored_lmoe, stored_moe)
+
+
+def ladder_configs():
+    """A small version of LoopMoE's matched ladder: Vanilla MoE (6 layers) and the sandwich loop 1 + 2x2 + 1."""
+    common = dict(n_embd=64, head_dim=16, attn="mla", q_lora_rank=16, kv_lora_rank=16, rope_head_dim=8,
+                  n_expert=16, top_k=4, n_shared_expert=1, moe_d_ff=48, moe_first_dense=1, d_ff=240,
+                  vocab_size=257)
+    vanilla = GPTConfig(n_layer=6, **common)
+    loop_base = moe.match_params(GPTConfig(n_prelude=1, n_layer=2, n_loop=2, n_coda=1, **common),
+                                 moe.capacity_report(vanilla)["N"])
+    return vanilla, loop_base
+
+
+def test_rebalance_restores_rho_at_fixed_flops_and_params():
+    vanilla, loop_base = ladder_configs()
+    target = moe.capacity_report(vanilla)
+    base = moe.capacity_report(loop_base, unique_experts=7.0)
+    assert base["F"] == pytest.approx(target["F"], rel=0.02)  # same executed layers and widths (router aside)
+    assert abs(base["N"] - target["N"]) < loop_base.n_layer * moe.expert_params(loop_base)  # matched to one expert
+    assert base["rho"] < 0.8 * target["rho"]  # re-selected experts inflate A_ffn
+    new = moe.rebalance(loop_base, target["rho"], unique_experts=7.0, target_params=target["N"], multiple=4)
+    after = moe.capacity_report(new, unique_experts=7.0)
+    assert new.kv_lora_rank > loop_base.kv_lora_rank and new.q_lora_rank > loop_base.q_lora_rank
+    assert new.moe_d_ff < loop_base.moe_d_ff and new.n_expert > loop_base.n_expert and new.top_k == loop_base.top_k
+    assert after["rho"] == pytest.approx(target["rho"], rel=0.1)
+    assert after["F"] == pytest.approx(target["F"], rel=0.02)
+    assert abs(after["N"] - target["N"]) <= 3 * (moe.expert_params(new) + new.n_embd)
+    with pytest.raises(ValueError, match="mla"):
+        moe.rebalance(GPTConfig(n_expert=4), 1.0, 2.0)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# presets
+
+CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "config")
+LADDER = ["loopmoe_vanilla", "loopmoe_loop_base", "loopmoe_iteradaln", "loopmoe"]
+
+
+def load_preset(name):
+    """(GPTConfig from the preset's model keys, the whole namespace of the file)."""
+    namespace = {}
+    exec(open(os.path.join(CONFIG_DIR, name + ".py")).read(), namespace)
+    fields = GPTConfig.__dataclass_fields__
+    return GPTConfig(**{k: v for k, v in namespace.items() if k in fields}), namespace
+
+
+def stored(cfg):
+    from loop import build_model
+    with torch.device("meta"):
+        return count(build_model(cfg))
+
+
+@pytest.mark.parametrize("suffix", ["", "_cpu"])
+def test_loopmoe_ladder_presets_are_matched(suffix):
+    """Chen et al. 2026 compare at equal total params and per-token FLOPs; LoopMoE also at the Vanilla MoE's rho."""
+    (vanilla, _), (loop_base, _), (iteradaln, _), (loopmoe, ns) = (load_preset(n + suffix) for n in LADDER)
+    target = moe.capacity_report(vanilla)
+    assert stored(vanilla) == target["N"]
+    for cfg in (loop_base, iteradaln, loopmoe):
+        assert cfg.n_prelude + cfg.n_loop * cfg.n_layer + cfg.n_coda == vanilla.n_layer
+        assert stored(cfg) == pytest.approx(target["N"], rel=0.015)
+        assert moe.capacity_report(cfg)["F"] == pytest.approx(target["F"], rel=0.03)
+    u = ns["_unique_experts"]
+    assert moe.capacity_report(loopmoe, u)["rho"] == pytest.approx(target["rho"], rel=0.03)
+    assert moe.capacity_report(iteradaln, u)["rho"] < 0.9 * target["rho"]
+    # the preset is what rebalance makes of the IterAdaLN rung
+    extra = stored(iteradaln) - moe.capacity_report(iteradaln)["N"]
+    again = moe.rebalance(iteradaln, target["rho"], u, target_params=target["N"], extra_params=extra,
+                          multiple=8 if suffix == "" else 2)
+    keys = ("n_expert", "moe_d_ff", "q_lora_rank", "kv_lora_rank")
+    assert [getattr(again, k) for k in keys] == [getattr(loopmoe, k) for k in keys]
+
+
+@pytest.mark.parametrize("name", ["sparse_moe_cpu", "sparse_looped_moe_cpu"])
+def test_sparse_cpu_presets_match_active_params(name):
+    cfg, _ = load_preset(name)
+    dense, _ = load_preset("sparse_moe_cpu")
+    assert cfg.n_layer * cfg.n_loop == 4 and cfg.n_expert == 8 and cfg.top_k == 2
+    assert moe.capacity_report(cfg)["F"] == moe.capacity_report(dense)["F"]
+
+
+def test_records_carry_the_loop_index_of_a_looped_model():
+    from loop import build_model
+    cfg = small_config(n_layer=2, n_loop=2, n_prelude=1, moe_first_dense=1)
+    model = build_model(cfg).init_weights(0)
+    with moe.record_routing(model) as records:
+        model(torch.randint(0, 257, (1, 5)))
+    assert [(r["layer"], r["loop"]) for r in records] == [(1, 0), (2, 0), (1, 1), (2, 1)]
+    unique = moe.unique_experts_per_token(records, cfg.n_expert)
+    assert set(unique) == {1, 2} and all(2.0 <= u <= 4.0 for u in unique.values())
