@@ -1,15 +1,20 @@
 """
 Training speed: tokens/s and model FLOP utilisation (MFU) of one training step (forward, backward, AdamW), for
-fp32 and bf16, eager and compiled. On CPU the reference is the rate of a 2048^3 matmul in the same dtype, timed in
-this process; on CUDA the device's dense bf16 peak.
+fp32 and bf16 (autocast), eager and compiled. MFU = achieved FLOP/s / a reference rate: on CPU the rate of a
+2048^3 matmul in the same dtype, timed in this process with the same clock and threads; on CUDA the device's
+dense bf16 peak. FLOPs per token are scaling.py's "schwethelm" count (every matmul, attention included).
 
-    python bench.py                      # the default model of train.py
+    python bench.py                      # the default model of train.py (byte vocab, d=128, 4 layers, B=16)
     python bench.py --preset=nanogpt     # nanoGPT's GPT-2-vocab model (d=256, 8 layers, T=256, B=8)
-    python bench.py config/sparse_looped.py --n_embd=256 --dtypes=bfloat16 --compiles=False
+    python bench.py --n_embd=512 --dtypes=bfloat16          # any GPTConfig key changes the model
+    python bench.py --clock=cpu --threads=1                 # on a shared machine (see below)
 
-Prints one line per (dtype, compile) with the median step time over `steps` timed steps; the numbers go to a JSON
-file when out is set.
+The setups (dtype x compile) are built and warmed up first, then timed in `rounds` interleaved rounds of `steps`
+steps each; each line is the median step. On a machine shared with other jobs wall-clock times mostly measure
+the neighbours: --clock=cpu times CPU seconds of this process instead (use it with --threads=1, where no thread
+ever waits for a descheduled sibling), which gives the MFU this code would reach on one quiet core.
 """
+import ctypes
 import json
 import statistics
 import time
@@ -24,29 +29,56 @@ import scaling
 import train
 
 preset = "default"  # default (train.py's model, byte vocab) | nanogpt (d=256, 8 layers, GPT-2 vocab, B=8, T=256)
-batch_size = 16  # sequences per step
+batch_size = 16  # sequences per step (the nanogpt preset uses 8 unless given)
 dtypes = "float32,bfloat16"  # comma-separated dtypes to measure
 compiles = "False,True"  # comma-separated: eager and/or torch.compile per block
-steps = 10  # timed steps (after warmup)
-warmup = 3  # untimed steps (compile happens here)
+steps = 5  # timed steps per round
+rounds = 2  # interleaved rounds over all setups (total timed steps per setup = rounds * steps)
+warmup = 2  # untimed steps per setup before timing (compilation happens here)
+clock = "wall"  # wall (elapsed time) | cpu (CPU time of this process: robust on a shared machine)
+threads = 0  # torch threads; 0 = torch's default (all cores)
 device = "cpu"  # cpu | cuda
 out = ""  # optional JSON file for the results
 
 
-def step_time(model, optimizer, x, y, ctx, n_steps, n_warmup, sync):
-    times = []
-    for i in range(n_warmup + n_steps):
-        t = time.perf_counter()
-        with ctx:
-            _, loss, aux = model(x, y)
-            objective = loss + sum(aux.values()) if aux else loss
-        objective.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        sync()
-        if i >= n_warmup:
-            times.append(time.perf_counter() - t)
-    return statistics.median(times)
+def keep_freed_memory():
+    """Stop glibc from returning large freed blocks to the OS. Blocks over 32 MiB (logits and their gradient
+    for a 50k vocabulary) are otherwise mmap-ed fresh every step and page-faulted in again: about 7% of a
+    nanogpt bf16 step here, more on wall clock. Same effect as starting Python with MALLOC_MMAP_MAX_=0
+    MALLOC_TRIM_THRESHOLD_=2147483647. Linux/glibc only; returns False where it does nothing."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return False
+    M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4
+    return libc.mallopt(M_MMAP_MAX, 0) == 1 and libc.mallopt(M_TRIM_THRESHOLD, 2 ** 31 - 1) == 1
+
+
+def timer(clock_name):
+    if clock_name not in ("wall", "cpu"):
+        raise ValueError(f"clock must be wall|cpu, got {clock_name!r}")
+    return time.process_time if clock_name == "cpu" else time.perf_counter
+
+
+def cpu_matmul_rate(dtype, now, n=2048, repeats=5):
+    """FLOP/s of an n^3 matmul in `dtype` measured with the clock `now` (best of `repeats`)."""
+    a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
+    a @ b
+    best = float("inf")
+    for _ in range(repeats):
+        t = now()
+        a @ b
+        best = min(best, now() - t)
+    return 2 * n ** 3 / best
+
+
+def train_step(model, optimizer, x, ctx):
+    with ctx:
+        _, loss, aux = model(x, x)
+        objective = loss + sum(aux.values()) if aux else loss
+    objective.backward()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
 
 
 def main(argv=None):
@@ -56,36 +88,65 @@ def main(argv=None):
         model_cfg = GPTConfig(**{**model_cfg.to_dict(), "n_embd": 256, "n_layer": 8, "block_size": 256,
                                  "vocab_size": 50257, "mup": False})
         cfg["batch_size"] = 8 if "--batch_size" not in " ".join(argv or []) else cfg["batch_size"]
+    elif cfg["preset"] != "default":
+        raise ValueError(f"preset must be default|nanogpt, got {cfg['preset']!r}")
+    if cfg["threads"] > 0:
+        torch.set_num_threads(cfg["threads"])
     dev = cfg["device"]
-    sync = torch.cuda.synchronize if dev.startswith("cuda") else (lambda: None)
-    T = model_cfg.block_size
-    results = []
+    on_cuda = dev.startswith("cuda")
+    if not on_cuda:
+        keep_freed_memory()
+    now = timer(cfg["clock"])
+    sync = torch.cuda.synchronize if on_cuda else (lambda: None)
+    T, B = model_cfg.block_size, cfg["batch_size"]
+    x = torch.randint(0, model_cfg.vocab_size, (B, T), device=dev)
+
+    setups = []  # every (dtype, compiled) with its own model and optimizer, warmed up before any timing
+    peaks = {}  # dtype -> reference FLOP/s (on CPU the best of the measurements before and after each round)
     for dtype_name in cfg["dtypes"].split(","):
-        dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[dtype_name]
-        ctx = nullcontext() if dtype == torch.float32 else torch.autocast(dev.split(":")[0], dtype=dtype)
-        peak = train.peak_flops("cuda" if dev.startswith("cuda") else "cpu", dtype)
+        dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[dtype_name.strip()]
+        peaks[dtype] = train.peak_flops("cuda", dtype) if on_cuda else cpu_matmul_rate(dtype, now)
         for compiled in [c.strip() == "True" for c in cfg["compiles"].split(",")]:
-            torch.manual_seed(0)
             model = build_model(model_cfg).init_weights(0).to(dev)
             if compiled:
                 model.compile_blocks()
             opt_cfg = dict(lr=1e-3, weight_decay=0.0, wd_independent=True, adam_eps=1e-8, optimizer="adamw",
                            beta1=0.9, beta2=0.95)
-            optimizer = train.make_optimizer(model, opt_cfg, "cuda" if dev.startswith("cuda") else "cpu")
-            x = torch.randint(0, model_cfg.vocab_size, (cfg["batch_size"], T), device=dev)
-            dt = step_time(model, optimizer, x, x, ctx, cfg["steps"], cfg["warmup"], sync)
-            tokens = cfg["batch_size"] * T
-            flops = scaling.flops_per_token(model, "schwethelm", T) * tokens / dt
-            row = dict(preset=cfg["preset"], dtype=dtype_name, compiled=compiled, step_s=dt, tokens_per_s=tokens / dt,
-                       flops_per_s=flops, peak_flops_per_s=peak, mfu=flops / peak)
-            results.append(row)
-            print(f"{dtype_name:>8} {'compiled' if compiled else 'eager':>8}: {dt * 1e3:7.1f} ms/step "
-                  f"{tokens / dt:9,.0f} tok/s {flops / 1e9:7.1f} GFLOP/s = {100 * flops / peak:5.1f}% of "
-                  f"{peak / 1e9:.0f} GFLOP/s ({'matmul in this dtype' if dev == 'cpu' else 'bf16 peak'})",
-                  flush=True)
+            optimizer = train.make_optimizer(model, opt_cfg, "cuda" if on_cuda else "cpu")
+            ctx = nullcontext() if dtype == torch.float32 else torch.autocast(dev.split(":")[0], dtype=dtype)
+            for _ in range(cfg["warmup"]):
+                train_step(model, optimizer, x, ctx)
+            sync()
+            flops_per_step = scaling.flops_per_token(model, "schwethelm", T) * B * T
+            setups.append(dict(dtype=dtype_name.strip(), torch_dtype=dtype, compiled=compiled, model=model,
+                               optimizer=optimizer, ctx=ctx, flops=flops_per_step, times=[]))
+    for _ in range(cfg["rounds"]):
+        for s in setups:
+            for _ in range(cfg["steps"]):
+                t = now()
+                train_step(s["model"], s["optimizer"], x, s["ctx"])
+                sync()
+                s["times"].append(now() - t)
+        if not on_cuda:
+            for dtype in peaks:
+                peaks[dtype] = max(peaks[dtype], cpu_matmul_rate(dtype, now))
+
+    ref = "bf16 peak" if on_cuda else f"{cfg['clock']}-clock matmul in this dtype, {torch.get_num_threads()} threads"
+    results = []
+    for s in setups:
+        dt = statistics.median(s["times"])
+        flops = s["flops"] / dt
+        s["peak"] = peaks[s["torch_dtype"]]
+        row = dict(preset=cfg["preset"], n_embd=model_cfg.n_embd, dtype=s["dtype"], compiled=s["compiled"],
+                   clock=cfg["clock"], threads=torch.get_num_threads(), step_s=dt, tokens_per_s=B * T / dt,
+                   flops_per_s=flops, peak_flops_per_s=s["peak"], mfu=flops / s["peak"])
+        results.append(row)
+        print(f"{s['dtype']:>8} {'compiled' if s['compiled'] else 'eager':>8}: {dt * 1e3:7.1f} ms/step "
+              f"{B * T / dt:9,.0f} tok/s {flops / 1e9:7.1f} GFLOP/s = {100 * row['mfu']:5.1f}% of "
+              f"{s['peak'] / 1e9:.0f} GFLOP/s ({ref})", flush=True)
     if cfg["out"]:
         with open(cfg["out"], "w") as f:
-            json.dump({"model": model_cfg.to_dict(), "results": results}, f, indent=1)
+            json.dump({"model": model_cfg.to_dict(), "batch_size": B, "results": results}, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -18,6 +18,10 @@ top_k = 50  # keep only the top_k most likely tokens (0 = all)
 seed = 1337  # sampling seed
 device = "cpu"  # cpu | cuda
 dtype = "float32"  # float32 | bfloat16 (autocast)
+exit_criterion = "none"  # early exit per token (early_exit.py): none | entropy | kl | change | agree
+exit_tau = 0.0  # early exit: a token stops at the first candidate exit whose criterion score is below this
+exit_fill = "propagate"  # early exit: KV slots of skipped layers: propagate (cheap, approximate) | recompute (exact)
+exit_every_layer = False  # early exit: looped models may stop after any loop layer, not only at loop boundaries
 
 
 def main(argv=None):
@@ -37,7 +41,18 @@ def main(argv=None):
     g = torch.Generator(device=cfg["device"]).manual_seed(cfg["seed"])
     amp = torch.autocast(cfg["device"].split(":")[0], dtype=torch.bfloat16) if cfg["dtype"] == "bfloat16" else None
     with amp or torch.no_grad():
-        out = model.generate(idx, n, temperature=cfg["temperature"], top_k=cfg["top_k"] or None, generator=g)
+        if cfg["exit_criterion"] == "none":
+            out = model.generate(idx, n, temperature=cfg["temperature"], top_k=cfg["top_k"] or None, generator=g)
+        else:  # one sample at a time: a batch can only exit where all of its rows may
+            from early_exit import generate_with_exit, summarize_generation
+            rows = []
+            for i in range(idx.size(0)):
+                res = generate_with_exit(model, idx[i:i + 1], n, cfg["exit_criterion"], cfg["exit_tau"],
+                                         cfg["exit_fill"], cfg["exit_every_layer"], cfg["temperature"],
+                                         cfg["top_k"] or None, g)
+                rows.append(res["tokens"])
+                print(f"[sample {i}] {summarize_generation(model, res)}")
+            out = torch.cat(rows)
     for row in out.tolist():
         print(tok.decode(row))
         print("-" * 60)

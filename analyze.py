@@ -1,0 +1,966 @@
+"""
+Every analysis figure of the five papers, from a checkpoint or from initialisation.
+
+    python analyze.py jsd --ckpt=out/looped,out/base       # logit-lens convergence per effective layer
+    python analyze.py routing --ckpt=out/looped_moe        # top-k expert-set overlap between loop passes
+    python analyze.py routing_dynamics --ckpt=...          # router-input cosine and expert Jaccard between iterations
+    python analyze.py iteradaln --ckpt=...                 # per-iteration conditioning (gamma, beta, alpha) statistics
+    python analyze.py active_params --ckpt=...             # unique experts per token and attention/FFN ratio vs loops
+    python analyze.py theorem1                             # the exact shared-ReLU-MLP model of Wang et al.'s Theorem 1
+    python analyze.py residual [config.py] [--key=value]   # Wang et al.'s Transformer protocol from initialisation
+    python analyze.py residual_ckpt --ckpt=...             # residual norm per loop step, increment cosine, trained
+    python analyze.py representation --ckpt=a,b            # anisotropy, curvature, prompt entropy, CKA per loop step
+    python analyze.py coordcheck                           # mean |activation| per module vs width and vs loop count
+
+Each writes <out_dir>/<NAME>.png and <NAME>.json (the numbers in the figure). `python analyze.py NAME --help` lists
+the keys: this script's own and every GPTConfig field. Without --ckpt, the checkpoint analyses run on a model
+initialised from the config keys, so every analysis also works at initialisation.
+
+One code path: hidden states come from the model's own depth walk (model.states -> (Label, h) per effective
+layer, model.readout for the logit lens) and routing from moe.record_routing; nothing here re-implements a forward.
+"""
+import dataclasses
+import json
+import math
+import os
+import sys
+import time
+from collections import defaultdict
+
+import matplotlib
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from tqdm import tqdm  # noqa: E402
+
+import moe  # noqa: E402
+from configurator import configure  # noqa: E402
+from loop import build_model, load_model, residual_multiplier  # noqa: E402
+from model import GPTConfig  # noqa: E402
+
+LN2 = math.log(2.0)
+
+# =====================================================================================================================
+# Metrics: pure functions of tensors, each tested on inputs with a known answer (tests/test_analyze.py)
+
+
+def normalized_jsd(logits_p, logits_q):
+    """Jensen-Shannon divergence between softmax(logits_p) and softmax(logits_q) along the last dim, in nats divided
+    by ln 2, so 0 for equal and 1 for disjoint distributions (Lee et al. 2026, arXiv:2605.09165, §6.2):
+    JSD = KL(p||m)/2 + KL(q||m)/2, m = (p+q)/2. (..., V), (..., V) -> (...)."""
+    dtype = torch.promote_types(logits_p.dtype, torch.float32)
+    logp, logq = F.log_softmax(logits_p.to(dtype), -1), F.log_softmax(logits_q.to(dtype), -1)
+    logm = torch.logaddexp(logp, logq) - LN2
+    p, q = logp.exp(), logq.exp()
+    kl_pm = torch.where(p > 0, p * (logp - logm), 0.0).sum(-1)  # 0 log 0 = 0 (masked logits give p = 0 exactly)
+    kl_qm = torch.where(q > 0, q * (logq - logm), 0.0).sum(-1)
+    return ((kl_pm + kl_qm) / (2 * LN2)).clamp(0.0, 1.0)
+
+
+def linear_cka(x, y):
+    """Linear CKA (Kornblith et al. 2019, arXiv:1905.00414) between x (N, D1) and y (N, D2), rows = tokens:
+    ||Yc^T Xc||_F^2 / (||Xc^T Xc||_F ||Yc^T Yc||_F) with column-centred Xc, Yc. 1 for x = y; invariant to
+    orthogonal transforms and isotropic scaling of either side."""
+    x = x.double() - x.double().mean(0)
+    y = y.double() - y.double().mean(0)
+    if x.size(0) < max(x.size(1), y.size(1)):  # fewer tokens than features: the N x N Gram form is cheaper
+        kx, ky = x @ x.T, y @ y.T
+        num, den = (kx * ky).sum(), kx.norm() * ky.norm()
+    else:
+        num, den = (y.T @ x).square().sum(), (x.T @ x).norm() * (y.T @ y).norm()
+    return (num / den).item() if den > 0 else float("nan")
+
+
+def anisotropy(z):
+    """Mean pairwise cosine similarity between distinct rows of z (N, D) (Godey et al. 2024, arXiv:2401.12143):
+    1 when all tokens point the same way, about 0 for random directions."""
+    n = z.size(0)
+    u = F.normalize(z.double(), dim=-1)
+    total = u.sum(0).square().sum()  # sum over all (i, j) of cos(z_i, z_j), including the n diagonal ones
+    return ((total - n) / (n * (n - 1))).item()
+
+
+def curvature(z):
+    """Mean turning angle (radians, in [0, pi]) of the token trajectory z (N, D) (Hosseini & Fedorenko 2023, as in
+    Skean et al. 2025, arXiv:2502.02013): v_k = z_{k+1} - z_k, mean_k arccos(cos(v_k, v_{k+1})). We take arccos of
+    the signed cosine (the paper's definition); Skean et al.'s code takes |cos|, folding the range to [0, pi/2].
+    A straight line traversed forwards has curvature 0."""
+    v = z.double()[1:] - z.double()[:-1]  # (N-1, D)
+    cos = F.cosine_similarity(v[1:], v[:-1], dim=-1).clamp(-1.0, 1.0)
+    return torch.arccos(cos).mean().item()
+
+
+def prompt_entropy(z, alpha=1.0):
+    """Normalised matrix-based Renyi entropy of the token Gram matrix of z (N, D) (Skean et al. 2025,
+    arXiv:2502.02013): eigenvalues of Z Z^T / tr(Z Z^T) (no centring), S_1 = -sum l ln l for alpha = 1,
+    S_a = ln(sum l^a) / (1 - a) otherwise, divided by ln(min(N, D)). 0 for a rank-1 prompt, 1 for an isotropic one."""
+    z = z.double()
+    n, d = z.shape
+    gram = z @ z.T if n <= d else z.T @ z  # same nonzero spectrum; take the smaller
+    lam = torch.linalg.eigvalsh(gram).clamp(min=0)
+    lam = lam / lam.sum()
+    if alpha == 1:
+        lam = lam[lam > 0]
+        s = -(lam * lam.log()).sum()
+    else:
+        s = torch.log((lam ** alpha).sum()) / (1 - alpha)
+    return (s / math.log(min(n, d))).item()
+
+
+def shared_experts(a, b):
+    """|A ∩ B| per token for expert-id sets a (T, k1), b (T, k2) (ids within a row distinct) -> (T,)."""
+    return (a.unsqueeze(-1) == b.unsqueeze(-2)).any(-1).sum(-1)
+
+
+def overlap_categories(a, b):
+    """Share of tokens whose top-k expert sets on two passes are identical (|∩| = k), partially overlapping or
+    disjoint (|∩| = 0) (Lee et al. 2026, arXiv:2605.09165, §6.1). a, b: (T, k) expert ids."""
+    if a.shape != b.shape:
+        raise ValueError(f"expert sets must have the same shape, got {tuple(a.shape)} and {tuple(b.shape)}")
+    n = shared_experts(a, b)
+    k = a.size(-1)
+    return {"identical": (n == k).double().mean().item(), "partial": ((n > 0) & (n < k)).double().mean().item(),
+            "disjoint": (n == 0).double().mean().item()}
+
+
+def expert_jaccard(a, b):
+    """Mean over tokens of |A ∩ B| / |A ∪ B| for expert-id sets a (T, k1), b (T, k2) (Chen et al. 2026,
+    arXiv:2606.04438, §6.2)."""
+    n = shared_experts(a, b).double()
+    return (n / (a.size(-1) + b.size(-1) - n)).mean().item()
+
+
+def mean_cosine(x, y):
+    """Mean over rows of cos(x_t, y_t) for x, y (T, D)."""
+    return F.cosine_similarity(x.double(), y.double(), dim=-1).mean().item()
+
+
+def unique_experts(ids_by_loop, n_expert):
+    """Expected number of distinct experts a token has used after each of the K iterations (Chen et al. 2026,
+    arXiv:2606.04438, App. A.4). ids_by_loop: K tensors (T, k) of expert ids -> list of K means."""
+    seen = torch.zeros(ids_by_loop[0].size(0), n_expert, dtype=torch.bool)
+    out = []
+    for ids in ids_by_loop:
+        seen.scatter_(1, ids.long(), True)
+        out.append(seen.sum(1).double().mean().item())
+    return out
+
+
+def residual_norm(h):
+    """Normalised residual-stream norm ||h|| / sqrt(d) per token, averaged over tokens (Wang et al. 2026,
+    arXiv:2606.18524, §5.1). h: (..., d)."""
+    return (h.double().norm(dim=-1) / math.sqrt(h.size(-1))).mean().item()
+
+
+def increment_cosine(steps):
+    """Cosine matrix C_ij = cos(D_i, D_j) of the loop-step increments D_n = h_n - h_(n-1) (Wang et al. 2026,
+    arXiv:2606.18524, Fig. 3): each increment flattened over (tokens x d) per sequence, cosines averaged over the
+    batch. steps: N+1 tensors (B, T, d), h_0 first -> (N, N) numpy array."""
+    d = torch.stack([(b - a).double().flatten(1) for a, b in zip(steps[:-1], steps[1:])], 1)  # (B, N, T*d)
+    d = F.normalize(d, dim=-1)
+    return (d @ d.transpose(1, 2)).mean(0).numpy()
+
+
+# =====================================================================================================================
+# The exact model of Wang et al. 2026 (arXiv:2606.18524), Theorem 1: h_n = h_(n-1) + N^-alpha W relu(h_(n-1))
+
+
+def theorem1_norms(n_loop, alpha, width, trials, shared=True, sigma=1.0, seed=0):
+    """R_N = ||h_N|| / sqrt(d) for `trials` draws of h_0 = x ~ N(0, I_d) and W_ij ~ N(0, sigma^2/d) (the paper's
+    mean-field W = G/sqrt(d)), with one W for all N steps (shared, Eq. 1) or a fresh W_n per step (the non-shared
+    stack of its §7.1). float64. -> (trials,) tensor."""
+    g = torch.Generator().manual_seed(seed)
+    h = torch.randn(trials, width, generator=g, dtype=torch.float64)
+    scale = sigma / math.sqrt(width)
+    w = torch.randn(trials, width, width, generator=g, dtype=torch.float64) * scale
+    for _ in range(n_loop):
+        if not shared:
+            w = torch.randn(trials, width, width, generator=g, dtype=torch.float64) * scale
+        h = h + n_loop ** -alpha * torch.einsum("bij,bj->bi", w, torch.relu(h))
+    return h.norm(dim=-1) / math.sqrt(width)
+
+
+def theorem1_prediction(n_loop, alpha, shared=True, sigma=1.0):
+    """Predicted R_N, with R_0 = 1. Shared: Theorem 1's rate R_N^2 ~ R_0^2 + (c N^(1-alpha))^2 with the constants
+    at initialisation (activation mass ||relu(x)|| = sqrt(d/2), cone gain 1, so c = sigma/sqrt(2)); it is tight when
+    the activations stay O(1) (alpha >= 1) and only a lower bound otherwise, when the activation scale grows with N
+    (the theorem's assumption 2 fails). Non-shared: the mean-field recursion E||h_n||^2 = ||h_(n-1)||^2
+    (1 + sigma^2 N^(-2 alpha) / 2) of §7.1, so R_N = (1 + sigma^2 N^(-2 alpha) / 2)^(N/2): bounded for alpha >= 1/2."""
+    if shared:
+        return math.sqrt(1 + sigma ** 2 / 2 * n_loop ** (2 * (1 - alpha)))
+    return (1 + sigma ** 2 / 2 * n_loop ** (-2 * alpha)) ** (n_loop / 2)
+
+
+# =====================================================================================================================
+# Collecting states and records: the model's own walk, moe.py's routing records, a hook for the conditioning
+
+
+def collect_states(model, idx):
+    """(Label, h) after every effective layer of one forward pass, from the model's depth walk (no grad)."""
+    with torch.no_grad():
+        return model.states(idx)
+
+
+def loop_steps(model, idx, states=None, every=None):
+    """The residual stream at loop-step granularity: [h_0, h_1, ..., h_N] with h_0 the input of the first pass (the
+    embedding, or the last prelude state) and h_n the state at the end of pass n. `every=L` instead cuts a plain
+    stack into blocks of L layers (the non-shared deep stack of Wang et al. 2026)."""
+    states = collect_states(model, idx) if states is None else states
+    before = [h for label, h in states if label.part == "prelude"]
+    with torch.no_grad():
+        h0 = before[-1] if before else model.embed(idx)
+    body = [(label, h) for label, h in states if label.part == "loop"]
+    if every:
+        return [h0] + [h for i, (_, h) in enumerate(body) if (i + 1) % every == 0]
+    return [h0] + [h for label, h in body if label.boundary]
+
+
+def routing_records(model, batches):
+    """{(layer, loop): {"experts": (N, k), "gates": (N, k), "router_input": (N, C)}} over every token of `batches`,
+    recorded by moe.record_routing during ordinary forward passes."""
+    out = defaultdict(lambda: defaultdict(list))
+    for idx in tqdm(batches, desc="routing", leave=False):
+        with torch.no_grad(), moe.record_routing(model) as records:
+            model(idx)
+        for r in records:
+            for key in ("experts", "gates", "router_input"):
+                t = r[key].detach()
+                out[(int(r["layer"]), int(r["loop"]))][key].append(t.reshape(-1, t.size(-1)).cpu())
+    return {key: {k: torch.cat(v) for k, v in rec.items()} for key, rec in out.items()}
+
+
+class RecordingCond:
+    """Stands in for a block's conditioning object (model.Block's `cond`) and keeps what its attention and FFN
+    modulators return, broadcast to the input's shape: (scale, shift, gate) = (gamma, beta, alpha), any None."""
+
+    def __init__(self, cond, out):
+        self.cond, self.out = cond, out
+
+    def _keep(self, branch, x, result):
+        self.out[branch] = [None if t is None else torch.broadcast_to(t.detach(), x.shape) for t in result]
+        return result
+
+    def attn(self, x):
+        return self._keep("attn", x, self.cond.attn(x))
+
+    def ffn(self, m):
+        return self._keep("ffn", m, self.cond.ffn(m))
+
+
+def conditioning_records(model, idx):
+    """[(Label, {"attn": [scale, shift, gate], "ffn": [...]})] for each effective layer run with per-loop
+    conditioning, captured by a pre-hook that wraps the `cond` argument of model.Block.forward."""
+    from model import Block
+    calls = []
+
+    def hook(module, args, kwargs):
+        args = list(args)
+        cond = kwargs["cond"] if "cond" in kwargs else (args[4] if len(args) > 4 else None)
+        out = {}
+        calls.append(out)
+        if cond is None:
+            return None
+        if "cond" in kwargs:
+            kwargs["cond"] = RecordingCond(cond, out)
+        else:
+            args[4] = RecordingCond(cond, out)
+        return tuple(args), kwargs
+
+    handles = [m.register_forward_pre_hook(hook, with_kwargs=True) for m in model.modules() if isinstance(m, Block)]
+    try:
+        states = collect_states(model, idx)
+    finally:
+        for h in handles:
+            h.remove()
+    if len(calls) != len(states):
+        raise RuntimeError(f"{len(calls)} block calls for {len(states)} effective layers: cannot label them")
+    return [(label, c) for (label, _), c in zip(states, calls) if c]
+
+
+# =====================================================================================================================
+# Inputs: models (checkpoints or fresh) and prompts
+
+
+def load_models(cfg, model_cfg):
+    """[(name, model, checkpoint dict or None)]: each run dir of --ckpt, or one model initialised from the config."""
+    if not cfg["ckpt"]:
+        model = build_model(model_cfg).init_weights(cfg["seed"]).to(cfg["device"]).eval()
+        return [("init", model, None)]
+    dirs = [d for d in cfg["ckpt"].split(",") if d]
+    names = cfg["labels"].split(",") if cfg["labels"] else [os.path.basename(os.path.normpath(d)) for d in dirs]
+    if len(names) != len(dirs):
+        raise SystemExit(f"--labels has {len(names)} names for {len(dirs)} checkpoints")
+    models = []
+    for name, d in zip(names, dirs):
+        model, ckpt = load_model(d, cfg["device"])
+        models.append((name, model, ckpt))
+    return models
+
+
+def models_and_prompts(cfg, model_cfg):
+    """The models to analyse and the token batches they all read (the first checkpoint's data)."""
+    models = load_models(cfg, model_cfg)
+    return models, prompt_batches(cfg, models[0][1], models[0][2])
+
+
+def prompt_batches(cfg, model, ckpt=None):
+    """Token batches (B, T) for the checkpoint analyses: the fixed validation set of data_dir (the checkpoint's own
+    when data_dir is empty), or seeded random tokens when there is no prepared data."""
+    from data import TokenData, default_data_dir
+    T = min(cfg["seq_len"], model.config.block_size)
+    B = cfg["batch_size"]
+    train_cfg = (ckpt or {}).get("train_config") or {}
+    data_dir = cfg["data_dir"] or train_cfg.get("data_dir") or (
+        default_data_dir(train_cfg["data_source"], train_cfg["tokenizer"]) if "data_source" in train_cfg else "")
+    if data_dir and os.path.exists(os.path.join(data_dir, "meta.json")):
+        data = TokenData(data_dir)
+        if data.vocab_size > model.config.vocab_size:
+            raise SystemExit(f"{data_dir} has {data.vocab_size} token ids but the model only {model.config.vocab_size}:"
+                             " pass the data_dir the model was trained on")
+        return [x.to(cfg["device"]) for x, _ in data.val_batches(B, T, cfg["n_tokens"])]
+    if cfg["data_dir"]:
+        raise SystemExit(f"no prepared data in {cfg['data_dir']} (meta.json missing): run data.py first")
+    print(f"no data_dir: prompts are random tokens (seed {cfg['seed']})")
+    g = torch.Generator().manual_seed(cfg["seed"])
+    n = max(1, cfg["n_tokens"] // (B * T))
+    return [torch.randint(model.config.vocab_size, (B, T), generator=g).to(cfg["device"]) for _ in range(n)]
+
+
+def vocab_logits(model, h, label):
+    """The logit lens: the model's own readout of a hidden state, without the padding rows of the vocabulary."""
+    return model.readout(h, label)[..., :model.config.vocab_size]
+
+
+def boundaries(labels):
+    """Effective-layer numbers (1-based) that end a loop pass, except the last layer."""
+    return [lb["index"] + 1 for lb in labels[:-1] if lb["boundary"]]
+
+
+# =====================================================================================================================
+# Lee et al. 2026 (arXiv:2605.09165): logit-lens convergence and routing divergence between loop passes
+
+
+def run_jsd(cfg, model_cfg):
+    """Normalised JSD between every effective layer's logit-lens distribution and the final one: mean +- std over
+    sequences per effective layer and the fraction of tokens below jsd_threshold (converged), several models."""
+    models, batches = models_and_prompts(cfg, model_cfg)
+    result = {}
+    for name, model, _ in models:
+        per_layer, labels = defaultdict(list), {}
+        for idx in tqdm(batches, desc=f"jsd {name}"):
+            states = collect_states(model, idx)
+            with torch.no_grad():
+                final = vocab_logits(model, states[-1][1], states[-1][0])
+                for label, h in states:
+                    per_layer[label.index].append(normalized_jsd(vocab_logits(model, h, label), final).cpu())
+                    labels[label.index] = label._asdict()
+        rows = []
+        for i in sorted(per_layer):
+            j = torch.cat(per_layer[i]).double()  # (sequences, T)
+            seq = j.mean(1)
+            rows.append(dict(label=labels[i], mean=seq.mean().item(), std=seq.std().item() if len(seq) > 1 else 0.0,
+                             frac_converged=(j < cfg["jsd_threshold"]).double().mean().item()))
+        means = [r["mean"] for r in rows]
+        drops = {i + 1: means[i - 1] - means[i] for i in range(1, len(means))}  # layer n -> JSD(n-1) - JSD(n)
+        ends = boundaries([r["label"] for r in rows])
+        at = [drops[b] for b in ends if b in drops]  # the drop into the last layer of a pass
+        off = [v for k, v in drops.items() if k not in ends]
+        result[name] = dict(layers=rows, mean_drop_at_boundary=float(np.mean(at)) if at else None,
+                            mean_drop_elsewhere=float(np.mean(off)) if off else None)
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for name, r in result.items():
+        x = [row["label"]["index"] + 1 for row in r["layers"]]
+        m, s = np.array([row["mean"] for row in r["layers"]]), np.array([row["std"] for row in r["layers"]])
+        line, = axes[0].plot(x, m, marker="o", ms=3, label=name)
+        axes[0].fill_between(x, m - s, m + s, color=line.get_color(), alpha=0.2)
+        axes[1].plot(x, [row["frac_converged"] for row in r["layers"]], marker="o", ms=3, color=line.get_color())
+        for b in boundaries([row["label"] for row in r["layers"]]):
+            for ax in axes:
+                ax.axvline(b + 0.5, color=line.get_color(), ls=":", lw=1)
+    axes[0].set(xlabel="effective layer", ylabel="normalised JSD to final layer",
+                title="Mean JSD (± std over sequences)")
+    axes[1].set(xlabel="effective layer", ylabel=f"fraction of tokens with JSD < {cfg['jsd_threshold']:g}",
+                title="Converged tokens",
+                ylim=(0, 1.02))
+    axes[0].legend()
+    fig.text(0.5, 0.005, "dotted: loop boundaries", ha="center", fontsize=8)
+    return result, fig
+
+
+def loop_layers(records):
+    """{physical layer: sorted loop indices} for the layers that run on more than one pass."""
+    loops = defaultdict(list)
+    for layer, loop in records:
+        loops[layer].append(loop)
+    return {layer: sorted(v) for layer, v in sorted(loops.items()) if len(v) > 1}
+
+
+def run_routing(cfg, model_cfg):
+    """Per physical layer, the share of tokens whose top-k expert sets on two passes are identical, partially
+    overlapping or disjoint; every pair of passes, pass 1 vs 2 plotted as in Lee et al.'s routing figure."""
+    models, batches = models_and_prompts(cfg, model_cfg)
+    result = {}
+    for name, model, _ in models:
+        recs = routing_records(model, batches)
+        layers = loop_layers(recs)
+        if not layers:
+            raise ValueError(f"{name}: no MoE layer runs on more than one pass (routing divergence needs a looped MoE)")
+        result[name] = {str(layer): {f"{a}-{b}": overlap_categories(recs[(layer, a)]["experts"],
+                                                                    recs[(layer, b)]["experts"])
+                                     for i, a in enumerate(loops) for b in loops[i + 1:]}
+                        for layer, loops in layers.items()}
+    fig, axes = plt.subplots(1, len(result), figsize=(6 * len(result), 4), squeeze=False)
+    colors = {"identical": "tab:green", "partial": "tab:orange", "disjoint": "tab:red"}
+    for ax, (name, per_layer) in zip(axes[0], result.items()):
+        layers = list(per_layer)
+        bottom = np.zeros(len(layers))
+        for cat, color in colors.items():
+            share = np.array([100 * per_layer[layer]["0-1"][cat] for layer in layers])
+            ax.bar([int(layer) + 1 for layer in layers], share, bottom=bottom, color=color, label=cat)
+            for x, b, s in zip(layers, bottom, share):
+                if s >= 6:
+                    ax.text(int(x) + 1, b + s / 2, f"{s:.0f}", ha="center", va="center", fontsize=7)
+            bottom += share
+        ax.set(xlabel="physical layer", ylabel="% of tokens", title=f"{name}: experts on pass 1 vs pass 2",
+               ylim=(0, 100), xticks=[int(layer) + 1 for layer in layers])
+        ax.legend(fontsize=8)
+    return result, fig
+
+
+# =====================================================================================================================
+# Chen et al. 2026 (arXiv:2606.04438): routing dynamics, IterAdaLN statistics, active-parameter scaling
+
+
+def run_routing_dynamics(cfg, model_cfg):
+    """K x K matrices between loop iterations, per shared MoE layer and averaged: mean per-token cosine of the
+    router inputs and mean Jaccard similarity of the selected expert sets."""
+    models, batches = models_and_prompts(cfg, model_cfg)
+    result = {}
+    for name, model, _ in models:
+        recs = routing_records(model, batches)
+        per_layer = {}
+        for layer, loops in loop_layers(recs).items():
+            r = [recs[(layer, k)] for k in loops]
+            per_layer[str(layer)] = dict(
+                cosine=[[mean_cosine(a["router_input"], b["router_input"]) for b in r] for a in r],
+                jaccard=[[expert_jaccard(a["experts"], b["experts"]) for b in r] for a in r])
+        if not per_layer:
+            raise ValueError(f"{name}: no MoE layer runs on more than one pass")
+        sizes = {len(v["cosine"]) for v in per_layer.values()}
+        mean = {m: np.mean([v[m] for v in per_layer.values()], 0).tolist() for m in ("cosine", "jaccard")} \
+            if len(sizes) == 1 else None
+        result[name] = dict(layers=per_layer, mean=mean)
+    cols = max(len(r["layers"]) + 1 for r in result.values())
+    fig, axes = plt.subplots(2 * len(result), cols, figsize=(3.2 * cols, 6 * len(result)), squeeze=False)
+    for m, (name, r) in enumerate(result.items()):
+        panels = [(f"layer {int(k) + 1}", v) for k, v in r["layers"].items()]
+        panels = ([("mean", r["mean"])] if r["mean"] else []) + panels
+        for c in range(cols):
+            for row, metric in enumerate(("cosine", "jaccard")):
+                ax = axes[2 * m + row][c]
+                if c >= len(panels):
+                    ax.axis("off")
+                    continue
+                heatmap(ax, np.array(panels[c][1][metric]), f"{name} {panels[c][0]}: {metric}", "iteration",
+                        first=0)
+    return result, fig
+
+
+def heatmap(ax, matrix, title, axis_label, vmin=None, vmax=None, first=1):
+    im = ax.imshow(matrix, cmap="viridis", vmin=vmin, vmax=vmax)
+    n = len(matrix)
+    if n <= 12:
+        for i in range(n):
+            for j in range(n):
+                ax.text(j, i, f"{matrix[i, j]:.2f}", ha="center", va="center", fontsize=6, color="w")
+    ticks = range(0, n, max(1, n // 8))
+    ax.set(title=title, xlabel=axis_label, ylabel=axis_label, xticks=ticks, yticks=ticks,
+           xticklabels=[t + first for t in ticks], yticklabels=[t + first for t in ticks])
+    ax.figure.colorbar(im, ax=ax, fraction=0.046)
+
+
+def run_iteradaln(cfg, model_cfg):
+    """Per loop iteration, layer and branch: mean |gamma| (scale), mean |beta| (shift), mean alpha (gate) and the
+    per-token std and range of alpha (alpha averaged over channels per token), as in Chen et al.'s Table 9. Works for
+    any per-loop conditioning that goes through model.Block's `cond` (IterAdaLN, LoopFormer, loop index)."""
+    models, batches = models_and_prompts(cfg, model_cfg)
+    result = {}
+    for name, model, _ in models:
+        acc = defaultdict(lambda: defaultdict(list))  # (layer, loop, branch) -> statistic -> per-token values
+        for idx in tqdm(batches, desc=f"conditioning {name}"):
+            for label, rec in conditioning_records(model, idx):
+                for branch, (scale, shift, gate) in rec.items():
+                    a = acc[(label.layer, label.loop, branch)]
+                    for key, t, fn in (("gamma", scale, torch.abs), ("beta", shift, torch.abs), ("alpha", gate, None)):
+                        if t is not None:
+                            a[key].append((fn(t) if fn else t).double().mean(-1).flatten().cpu())
+        if not acc:
+            raise ValueError(f"{name}: no block receives per-loop conditioning (configure IterAdaLN or LoopFormer)")
+        rows = []
+        for (layer, loop, branch), a in sorted(acc.items()):
+            row = dict(layer=layer, loop=loop, branch=branch)
+            for key, values in a.items():
+                v = torch.cat(values)
+                row[f"mean_abs_{key}" if key != "alpha" else "mean_alpha"] = v.mean().item()
+                if key == "alpha":
+                    row.update(tok_std_alpha=v.std().item(), tok_range_alpha=(v.max() - v.min()).item())
+            rows.append(row)
+        result[name] = rows
+    stats = ["mean_abs_gamma", "mean_abs_beta", "mean_alpha", "tok_std_alpha", "tok_range_alpha"]
+    fig, axes = plt.subplots(len(result), len(stats), figsize=(3.3 * len(stats), 3 * len(result)), squeeze=False)
+    for m, (name, rows) in enumerate(result.items()):
+        for ax, stat in zip(axes[m], stats):
+            series = defaultdict(list)
+            for row in rows:
+                if stat in row:
+                    series[f"L{row['layer'] + 1} {row['branch']}"].append((row["loop"], row[stat]))
+            for key, pts in series.items():
+                ax.plot(*zip(*sorted(pts)), marker="o", ms=3, label=key)
+            ax.set(title=f"{name}: {stat}", xlabel="iteration", xticks=sorted({row["loop"] for row in rows}))
+            if series:
+                ax.legend(fontsize=6)
+    return result, fig
+
+
+def run_active_params(cfg, model_cfg):
+    """Expected unique experts per token after K = 1..n_loop iterations of each shared MoE layer (measured from the
+    routing records), and the model's active attention and FFN parameters A_attn, A_ffn and rho = A_attn / A_ffn
+    they imply (moe.capacity_report: attention counted once, a looped MoE layer's unique experts plus its shared
+    experts) vs K (Chen et al. 2026, App. A.4, Fig. 3). rho* is K = 1, the matched non-looped MoE."""
+    models, batches = models_and_prompts(cfg, model_cfg)
+    result = {}
+    for name, model, _ in models:
+        recs = routing_records(model, batches)
+        layers = loop_layers(recs)
+        if not layers:
+            raise ValueError(f"{name}: no MoE layer runs on more than one pass")
+        uniq = {str(layer): unique_experts([recs[(layer, k)]["experts"] for k in loops], model.config.n_expert)
+                for layer, loops in layers.items()}
+        mean_uniq = np.mean(list(uniq.values()), 0)
+        reports = [moe.capacity_report(dataclasses.replace(model.config, n_loop=k + 1), float(u))
+                   for k, u in enumerate(mean_uniq)]
+        result[name] = dict(iterations=list(range(1, len(mean_uniq) + 1)), unique_experts=mean_uniq.tolist(),
+                            unique_experts_per_layer=uniq, a_attn=[r["A_attn"] for r in reports],
+                            a_ffn=[r["A_ffn"] for r in reports], rho=[r["rho"] for r in reports],
+                            rho_star=reports[0]["rho"], top_k=model.config.top_k, n_expert=model.config.n_expert)
+    fig, axes = plt.subplots(1, len(result), figsize=(5.5 * len(result), 4), squeeze=False)
+    for ax, (name, r) in zip(axes[0], result.items()):
+        k = r["iterations"]
+        ax.plot(k, r["a_attn"], marker="s", label="A_attn")
+        ax.plot(k, r["a_ffn"], marker="o", label="A_ffn (unique)")
+        ax.set(xlabel="loop iterations K", ylabel="active parameters per token", title=name, xticks=k)
+        ax2 = ax.twinx()
+        ax2.plot(k, r["rho"], color="k", marker="^", label="rho")
+        ax2.axhline(r["rho_star"], color="r", ls=":", label="rho* (K = 1: non-looped MoE)")
+        ax2.set_ylabel("rho = A_attn / A_ffn")
+        ax.legend(loc="upper left", fontsize=7)
+        ax2.legend(loc="upper right", fontsize=7)
+    return result, fig
+
+
+# =====================================================================================================================
+# Wang et al. 2026 (arXiv:2606.18524): Theorem 1's model, the Transformer protocol from init, trained checkpoints
+
+ALPHAS = {"none": 0.0, "sqrt": 0.5, "linear": 1.0}  # residual multiplier R^-alpha of each scaling rule
+
+
+def run_theorem1(cfg, model_cfg):
+    """R_N = ||h_N|| / sqrt(d) of the shared (and non-shared) ReLU residual MLP vs N for alpha in {0, 1/2, 1},
+    measured (mean, min-max over trials) against the predicted growth (theorem1_prediction)."""
+    loops = [2 ** i for i in range(int(math.log2(cfg["max_loops"])) + 1)]
+    result = {}
+    bar = tqdm(total=2 * len(ALPHAS) * len(loops), desc="theorem1")
+    for shared in (False, True):
+        for alpha in ALPHAS.values():
+            rows = []
+            for n in loops:
+                r = theorem1_norms(n, alpha, cfg["width"], cfg["trials"], shared, cfg["sigma"], cfg["seed"])
+                rows.append(dict(n_loop=n, mean=r.mean().item(), min=r.min().item(), max=r.max().item(),
+                                 predicted=theorem1_prediction(n, alpha, shared, cfg["sigma"])))
+                bar.update()
+            result[f"{'shared' if shared else 'nonshared'}_alpha{alpha:g}"] = rows
+    bar.close()
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for ax, kind in zip(axes, ("nonshared", "shared")):
+        for alpha, color in zip(ALPHAS.values(), ("tab:red", "tab:orange", "tab:green")):
+            rows = result[f"{kind}_alpha{alpha:g}"]
+            n = [r["n_loop"] for r in rows]
+            ax.plot(n, [r["mean"] for r in rows], marker="o", color=color, label=f"alpha={alpha:g} measured")
+            ax.fill_between(n, [r["min"] for r in rows], [r["max"] for r in rows], color=color, alpha=0.2)
+            bound = " (lower bound)" if kind == "shared" and alpha < 1 else ""
+            ax.plot(n, [r["predicted"] for r in rows], ls="--", color=color, label=f"alpha={alpha:g} theory{bound}")
+        ax.set(xscale="log", yscale="log", xlabel="loop count N", ylabel="||h_N|| / sqrt(d)",
+               title=("shared W (Theorem 1)" if kind == "shared" else "independent W_n") + f", d={cfg['width']}")
+        ax.set_xscale("log", base=2)
+        ax.legend(fontsize=7)
+    return result, fig
+
+
+def looped_config(model_cfg, n_loop, scaling):
+    return dataclasses.replace(model_cfg, n_loop=n_loop, residual_scaling=scaling)
+
+
+def nonshared_model(model_cfg, n_loop, scaling):
+    """Wang et al.'s non-shared deep stack: n_loop independent copies of the n_layer block (effective depth
+    n_layer * n_loop, one pass), every branch multiplied by n_loop^-alpha as the looped model with n_loop passes
+    would be. A one-pass LoopedGPT of n_layer * n_loop layers whose per-block multipliers (loop.py's res_scales
+    buffer, which its walk hands to each Block) are set to that value."""
+    cfg = dataclasses.replace(model_cfg, n_layer=model_cfg.n_layer * n_loop, n_loop=1, residual_scaling="linear")
+    model = build_model(cfg)  # residual_scaling != none with one pass: res_scales exists, all 1.0
+    model.res_scales.fill_(residual_multiplier(looped_config(model_cfg, n_loop, scaling)))
+    return model
+
+
+def adamw(model, lr, weight_decay):
+    """AdamW over the model's own parameter groups (their muP / residual-scaling LR and eps multipliers), betas
+    (0.9, 0.95), eps 1e-8 (Wang et al. 2026, Table 4)."""
+    groups = [dict(params=g["params"], lr=lr * g["lr_scale"], eps=1e-8 * g["eps_scale"],
+                   weight_decay=weight_decay if g["decay"] else 0.0) for g in model.param_groups()]
+    return torch.optim.AdamW(groups, betas=(0.9, 0.95))
+
+
+def train_step(model, opt, idx, targets):
+    _, loss, aux = model(idx, targets)
+    (loss + sum(aux.values())).backward()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    model.after_optimizer_step()
+    return loss.item()
+
+
+def residual_run(model, cfg, seed, every=None):
+    """Wang et al.'s protocol on one model: fixed random tokens (batch 1), `steps` AdamW steps; after each step the
+    normalised norm of the final hidden state and the RMS change of that output since the previous step; at the end
+    the loop-step increment cosine matrix."""
+    g = torch.Generator().manual_seed(10_000 + seed)
+    T, V = min(cfg["seq_len"], model.config.block_size), model.config.vocab_size
+    seq = torch.randint(V, (cfg["batch_size"], T + 1), generator=g).to(cfg["device"])
+    idx, targets = seq[:, :-1], seq[:, 1:]
+    opt = adamw(model, cfg["lr"], cfg["weight_decay"])
+    y = loop_steps(model, idx, every=every)[-1]
+    norms, updates, losses = [residual_norm(y)], [], []
+    for _ in range(cfg["steps"]):
+        losses.append(train_step(model, opt, idx, targets))
+        y_new = loop_steps(model, idx, every=every)[-1]
+        updates.append((y_new - y).double().square().mean().sqrt().item())
+        norms.append(residual_norm(y_new))
+        y = y_new
+    cos = increment_cosine(loop_steps(model, idx, every=every))
+    return dict(norms=norms, updates=updates, losses=losses), cos
+
+
+def run_residual(cfg, model_cfg):
+    """Residual-stream norm ||h||/sqrt(d) after `steps` AdamW steps vs loop count R for multipliers 1, 1/sqrt(R),
+    1/R, looped and non-shared (Fig. 2); increment cosine matrices without scaling at the largest R (Fig. 3); the RMS
+    output change after one step and over all steps (Fig. 4, Fig. 9). Seeds averaged."""
+    kinds = ["looped"] + (["nonshared"] if cfg["nonshared"] else [])
+    runs = [(k, s, r) for k in kinds for s in cfg["scalings"] for r in cfg["loops"]]
+    total = sum(r for _, _, r in runs) * cfg["n_seeds"] * model_cfg.n_layer
+    print(f"residual: {len(runs)} (kind, scaling, R) points x {cfg['n_seeds']} seeds, {total:,} effective layers "
+          f"x {cfg['steps']} steps at d={model_cfg.n_embd}")
+    bar = tqdm(total=total, desc="residual", unit="layer")
+    result, cosines = {}, {}
+    for kind, scaling, n_loop in runs:
+        per_seed = []
+        for seed in range(cfg["n_seeds"]):
+            torch.manual_seed(seed)
+            if kind == "looped":
+                model = build_model(looped_config(model_cfg, n_loop, scaling)).init_weights(seed).to(cfg["device"])
+                every = None
+            else:
+                model = nonshared_model(model_cfg, n_loop, scaling).init_weights(seed).to(cfg["device"])
+                every = model_cfg.n_layer
+            run, cos = residual_run(model, cfg, seed, every)
+            per_seed.append(run)
+            if seed == 0 and n_loop == max(cfg["loops"]) and scaling == "none":
+                cosines[kind] = cos.tolist()
+            bar.update(n_loop * model_cfg.n_layer)
+        agg = {key: np.mean([r[key] for r in per_seed], 0).tolist() for key in ("norms", "updates", "losses")}
+        agg["norms_std"] = np.std([r["norms"] for r in per_seed], 0).tolist()
+        result.setdefault(kind, {}).setdefault(scaling, {})[str(n_loop)] = agg
+    bar.close()
+    largest = str(max(cfg["loops"]))
+    summary = {kind: {s: result[kind][s][largest]["norms"][-1] for s in cfg["scalings"]} for kind in kinds}
+    out = dict(final_norm_at_largest_R=summary, runs=result, increment_cosine=cosines,
+               model_config=model_cfg.to_dict())
+    return out, residual_figure(result, cosines, cfg)
+
+
+def residual_figure(result, cosines, cfg):
+    kinds = list(result)
+    fig, axes = plt.subplots(len(kinds), 4, figsize=(19, 4 * len(kinds)), squeeze=False)
+    colors = {"none": "tab:red", "sqrt": "tab:orange", "linear": "tab:green", "factorized": "tab:blue"}
+    for row, kind in enumerate(kinds):
+        ax_n, ax_u, ax_steps, ax_cos = axes[row]
+        for scaling, per_r in result[kind].items():
+            r = [int(k) for k in per_r]
+            c = colors.get(scaling)
+            norm = np.array([v["norms"][-1] for v in per_r.values()])
+            std = np.array([v["norms_std"][-1] for v in per_r.values()])
+            ax_n.plot(r, norm, marker="o", color=c, label=scaling)
+            ax_n.fill_between(r, norm - std, norm + std, color=c, alpha=0.2)
+            ax_u.plot(r, [v["updates"][0] for v in per_r.values()], marker="o", color=c, label=scaling)
+            for k, v in per_r.items():
+                if k == str(max(r)):
+                    ax_steps.plot(range(1, len(v["updates"]) + 1), v["updates"], marker=".", color=c,
+                                  label=f"{scaling}, R={k}")
+        ax_n.set(xscale="log", yscale="log", xlabel="loop count R", ylabel="||h|| / sqrt(d)",
+                 title=f"{kind}: residual norm after {cfg['steps']} AdamW steps")
+        ax_u.set(xscale="log", yscale="log", xlabel="loop count R", ylabel="RMS(y_after - y_before)",
+                 title=f"{kind}: output change after step 1")
+        ax_steps.set(yscale="log", xlabel="optimizer step", ylabel="RMS output change",
+                     title=f"{kind}: output change per step")
+        for ax in (ax_n, ax_u):
+            ax.set_xscale("log", base=2)
+        for ax in (ax_n, ax_u, ax_steps):
+            ax.legend(fontsize=7)
+        if kind in cosines:
+            heatmap(ax_cos, np.array(cosines[kind]), f"{kind}, no scaling, R={max(cfg['loops'])}: cos(D_i, D_j)",
+                    "loop step", vmin=-1, vmax=1)
+        else:
+            ax_cos.axis("off")
+    return fig
+
+
+def run_residual_ckpt(cfg, model_cfg):
+    """From trained checkpoints: the residual-stream norm at every loop step 0 (post-embedding) ... N (Fig. 7) and
+    the increment cosine matrix (Fig. 6), averaged over the prompts."""
+    models, batches = models_and_prompts(cfg, model_cfg)
+    result = {}
+    for name, model, _ in models:
+        norms, cos, n = 0.0, 0.0, 0
+        for idx in tqdm(batches, desc=f"residual {name}"):
+            steps = loop_steps(model, idx)
+            b = idx.size(0)
+            norms = norms + b * np.array([h.double().norm(dim=-1).mean().item() for h in steps])
+            if len(steps) > 2:
+                cos = cos + b * increment_cosine(steps)
+            n += b
+        d = model.config.n_embd
+        result[name] = dict(l2_norm=(norms / n).tolist(), normalized_norm=(norms / n / math.sqrt(d)).tolist(),
+                            increment_cosine=(cos / n).tolist() if len(steps) > 2 else None)
+    with_cos = [name for name, r in result.items() if r["increment_cosine"] is not None]
+    fig, axes = plt.subplots(1, 1 + len(with_cos), figsize=(5 * (1 + len(with_cos)), 4), squeeze=False)
+    for name, r in result.items():
+        axes[0][0].plot(range(len(r["l2_norm"])), r["l2_norm"], marker="o", label=name)
+    axes[0][0].set(xlabel="loop step (0 = input of the loop)", ylabel="mean per-token L2 norm",
+                   title="Residual-stream norm per loop step")
+    axes[0][0].legend(fontsize=7)
+    for ax, name in zip(axes[0][1:], with_cos):
+        heatmap(ax, np.array(result[name]["increment_cosine"]), f"{name}: cos(D_i, D_j)", "loop step", -1, 1)
+    return result, fig
+
+
+# =====================================================================================================================
+# Jeddi et al. 2026 (arXiv:2602.11451): representation metrics per loop step
+
+
+def representation_steps(model, idx, which):
+    """The states the representation metrics compare: the end of each loop pass ('boundary'), or every effective
+    layer ('all'); 'auto' is 'boundary' for a looped model and 'all' for a single pass."""
+    states = collect_states(model, idx)
+    if which == "auto":
+        which = "boundary" if sum(label.boundary for label, _ in states) > 1 else "all"
+    if which not in ("boundary", "all"):
+        raise SystemExit(f"--states must be auto | boundary | all, got {which!r}")
+    return [h for label, h in states if which == "all" or (label.boundary and label.part == "loop")]
+
+
+def run_representation(cfg, model_cfg):
+    """Anisotropy, curvature and normalised prompt entropy (alpha = 1) per loop step vs normalised depth, each
+    sequence a prompt, averaged over prompts; CKA between every pair of loop steps (a heatmap per model)."""
+    models, batches = models_and_prompts(cfg, model_cfg)
+    metrics = {"anisotropy": anisotropy, "curvature": curvature, "prompt_entropy": prompt_entropy}
+    result = {}
+    for name, model, _ in models:
+        values, cka, n = defaultdict(list), 0.0, 0
+        for idx in tqdm(batches, desc=f"representation {name}"):
+            steps = representation_steps(model, idx, cfg["states"])
+            for b in range(idx.size(0)):
+                zs = [h[b] for h in steps]  # each (T, d)
+                for key, fn in metrics.items():
+                    values[key].append([fn(z) for z in zs])
+                cka = cka + np.array([[linear_cka(a, c) for c in zs] for a in zs])
+                n += 1
+        s = len(values["anisotropy"][0])
+        result[name] = dict(depth=[(i + 1) / s for i in range(s)], cka=(cka / n).tolist(),
+                            **{k: np.mean(v, 0).tolist() for k, v in values.items()},
+                            **{f"{k}_std": np.std(v, 0).tolist() for k, v in values.items()})
+    fig = plt.figure(figsize=(max(15, 4.5 * len(result)), 8))
+    grid = fig.add_gridspec(2, max(3, len(result)))
+    for i, (key, title) in enumerate((("curvature", "(a) curvature (rad)"), ("anisotropy", "(b) anisotropy"),
+                                      ("prompt_entropy", "(c) normalised prompt entropy"))):
+        ax = fig.add_subplot(grid[0, i])
+        for name, r in result.items():
+            ax.plot(r["depth"], r[key], marker="o", ms=3, label=name)
+        ax.set(xlabel="normalised depth", title=title)
+        ax.legend(fontsize=7)
+    for i, (name, r) in enumerate(result.items()):
+        heatmap(fig.add_subplot(grid[1, i]), np.array(r["cka"]), f"{name}: CKA", "loop step", 0, 1)
+    return result, fig
+
+
+# =====================================================================================================================
+# Coordinate check (as microsoft/mup's get_coord_data): mean |activation| per module over the first steps
+
+
+def coord_data(model, cfg, seed):
+    """{module kind: [mean |output| per step]}: the forward of each training step (before its update) is observed
+    by hooks on the embedding, every attention, FFN and whole block (averaged over calls) and the head."""
+    kinds = {"embedding": [model.wte], "head": [model.lm_head]}
+    from model import Block
+    blocks = [m for m in model.modules() if isinstance(m, Block)]
+    kinds.update(attn=[b.attn for b in blocks], ffn=[b.ffn for b in blocks], block=blocks)
+    current = defaultdict(list)
+
+    def observer(kind):
+        def hook(module, args, output):
+            out = output[0] if isinstance(output, tuple) else output
+            current[kind].append(out.detach().abs().mean().item())
+        return hook
+
+    handles = [m.register_forward_hook(observer(kind)) for kind, ms in kinds.items() for m in ms]
+    g = torch.Generator().manual_seed(20_000 + seed)
+    T = min(cfg["seq_len"], model.config.block_size)
+    seq = torch.randint(model.config.vocab_size, (cfg["batch_size"], T + 1), generator=g).to(cfg["device"])
+    opt = adamw(model, cfg["lr"], cfg["weight_decay"])
+    trace = defaultdict(list)
+    try:
+        for _ in range(cfg["steps"]):
+            current.clear()
+            train_step(model, opt, seq[:, :-1], seq[:, 1:])
+            for kind, v in current.items():
+                trace[kind].append(float(np.mean(v)))
+    finally:
+        for h in handles:
+            h.remove()
+    return dict(trace)
+
+
+def run_coordcheck(cfg, model_cfg):
+    """Mean |activation| of each module kind at each of the first steps, vs width with muP off and on (a correct muP
+    keeps every curve flat in width), and vs loop count for each residual scaling."""
+    sweeps = [(f"width, muP {'on' if mup else 'off'}", "n_embd", w,
+               dataclasses.replace(model_cfg, n_embd=w, mup=mup, n_head=0, d_ff=0))
+              for mup in (False, True) for w in cfg["widths"]]
+    sweeps += [(f"loops, {s}", "n_loop", r, looped_config(model_cfg, r, s)) for s in cfg["scalings"]
+               for r in cfg["loops"]]
+    result = defaultdict(dict)
+    for title, _, x, mcfg in tqdm(sweeps, desc="coordcheck"):
+        traces = []
+        for seed in range(cfg["n_seeds"]):
+            torch.manual_seed(seed)
+            traces.append(coord_data(build_model(mcfg).init_weights(seed).to(cfg["device"]), cfg, seed))
+        result[title][str(x)] = {k: np.mean([t[k] for t in traces], 0).tolist() for k in traces[0]}
+    slopes = {}  # d log|act| / d log width at the last step: 0 means width-independent
+    for title, per_x in result.items():
+        xs = np.log([float(x) for x in per_x])
+        slopes[title] = {k: float(np.polyfit(xs, np.log([v[k][-1] for v in per_x.values()]), 1)[0])
+                         for k in next(iter(per_x.values()))} if len(xs) > 1 else {}
+    rows, steps = list(result), cfg["steps"]
+    fig, axes = plt.subplots(len(rows), steps, figsize=(3.2 * steps, 2.8 * len(rows)), squeeze=False)
+    for i, title in enumerate(rows):
+        per_x = result[title]
+        xs = [float(x) for x in per_x]
+        for t in range(steps):
+            ax = axes[i][t]
+            for kind in next(iter(per_x.values())):
+                ax.plot(xs, [v[kind][t] for v in per_x.values()], marker="o", ms=3, label=kind)
+            ax.set(xscale="log", yscale="log", title=f"{title}, t={t + 1}", xlabel=title.split(",")[0])
+            ax.set_xscale("log", base=2)
+        axes[i][0].set_ylabel("mean |activation|")
+        axes[i][0].legend(fontsize=6)
+    return dict(runs=dict(result), log_log_slope_last_step=slopes, model_config=model_cfg.to_dict()), fig
+
+
+# =====================================================================================================================
+# Command line
+
+DEFAULTS = dict(
+    ckpt="",  # train.py run dir(s), comma-separated; empty: a model initialised from the config keys
+    labels="",  # legend names for the checkpoints, comma-separated (default: the run dir names)
+    out_dir="analysis",  # where NAME.png and NAME.json are written
+    data_dir="",  # prepared data for the prompts; empty: the checkpoint's data_dir, else random tokens
+    n_tokens=16384,  # prompt tokens read by the checkpoint analyses
+    batch_size=8,  # sequences per forward pass (residual protocol: 1)
+    seq_len=256,  # tokens per sequence, capped at block_size (residual protocol: 128)
+    jsd_threshold=0.5,  # jsd: a token has converged below this normalised JSD (Lee et al.: 0.5)
+    states="auto",  # representation: auto | boundary (end of each loop pass) | all (every effective layer)
+    seed=0,  # seed of initialisation and random tokens
+    device="cpu",  # cpu | cuda
+    width=512,  # theorem1: width d of the shared ReLU MLP
+    max_loops=64,  # theorem1: largest loop count N (powers of two up to it)
+    trials=10,  # theorem1: random draws of (x, W) per point
+    sigma=1.0,  # theorem1: W_ij ~ N(0, sigma^2 / d)
+    loops=(1, 2, 4, 8, 16, 32),  # residual, coordcheck: loop counts R
+    scalings=("none", "sqrt", "linear"),  # residual, coordcheck: residual multipliers 1, 1/sqrt(R), 1/R
+    nonshared=True,  # residual: also the non-shared stacks (R independent copies of the n_layer block)
+    n_seeds=10,  # residual, coordcheck: seeds averaged per point
+    steps=10,  # residual, coordcheck: AdamW steps
+    lr=1.25e-3,  # residual, coordcheck: base LR (Wang et al.'s eta_0; presets: residual 1e-4, coordcheck 1e-2)
+    weight_decay=0.1,  # residual, coordcheck: AdamW weight decay on matrices
+    widths=(64, 128, 256, 512),  # coordcheck: widths n_embd
+)
+
+# name -> (function, arguments placed before the user's: each analysis's own defaults, overridable)
+ANALYSES = {
+    "jsd": (run_jsd, []),
+    "routing": (run_routing, []),
+    "routing_dynamics": (run_routing_dynamics, []),
+    "iteradaln": (run_iteradaln, []),
+    "active_params": (run_active_params, []),
+    "theorem1": (run_theorem1, []),
+    # CPU size of Wang et al.'s protocol; their size on a GPU: --n_embd=768 --n_layer=12 --loops=(1,2,4,8,16,32,64)
+    # lr 1e-4: the paper does not give the LR of this diagnostic; its own schedule warms up over 500 steps to 1.25e-3,
+    # so its first 10 steps run at <= 2.5e-5. At 1.25e-3, 10 steps at d=256 outweigh the init and correlate even
+    # the non-shared layers' increments (mean cos 0.56, vs ~0 in the paper's Fig. 3).
+    "residual": (run_residual, ["--n_embd=256", "--n_layer=2", "--block_size=128", "--seq_len=128", "--batch_size=1",
+                                "--mup=False", "--norm_gain=True", "--tie_embeddings=True", "--lr=1e-4"]),
+    "residual_ckpt": (run_residual_ckpt, []),
+    "representation": (run_representation, []),
+    "coordcheck": (run_coordcheck, ["--n_layer=2", "--block_size=64", "--seq_len=64", "--batch_size=4",
+                                    "--steps=4", "--lr=1e-2", "--n_seeds=2", "--loops=(1,2,4,8)", "--head_dim=32"]),
+}
+
+
+def to_json(obj):
+    if isinstance(obj, dict):
+        return {str(k): to_json(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [to_json(v) for v in obj]
+    if isinstance(obj, (np.floating, np.integer)):
+        return obj.item()
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    return obj
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if not argv or argv[0] not in ANALYSES:
+        print(__doc__)
+        raise SystemExit(0 if argv and argv[0] in ("-h", "--help") else
+                         f"analyze.py: name an analysis first, one of: {', '.join(ANALYSES)}")
+    name = argv[0]
+    fn, preset = ANALYSES[name]
+    if preset and ("--help" in argv or "-h" in argv):
+        print(f"{name} presets, applied before your arguments: {' '.join(preset)}\n")
+    cfg, model_cfg = configure(DEFAULTS, GPTConfig, preset + argv[1:], doc_source=os.path.abspath(__file__))
+    torch.manual_seed(cfg["seed"])
+    t0 = time.time()
+    result, fig = fn(cfg, model_cfg)
+    fig.tight_layout()
+    os.makedirs(cfg["out_dir"], exist_ok=True)
+    png, js = (os.path.join(cfg["out_dir"], f"{name}.{ext}") for ext in ("png", "json"))
+    fig.savefig(png, dpi=120, bbox_inches="tight")
+    plt.close(fig)
+    with open(js, "w") as f:
+        json.dump(to_json(dict(analysis=name, config=cfg, result=result)), f, indent=1)
+    print(f"{name}: wrote {png} and {js} in {time.time() - t0:.1f}s")
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,845 @@
+"""
+Early exit and elastic depth: where a token may stop, how much it saves, what it costs in quality, how fast it
+decodes.
+
+    python early_exit.py --ckpt=out/base,out/looped --criteria=entropy,kl      # tau sweep, Pareto, table, PNG
+    python early_exit.py --mode=elastic --ckpt=out/loopformer --budget=4      # every budget, every schedule of M=4
+    python early_exit.py --mode=bench --ckpt=out/looped --fill=propagate      # decoding tokens/s vs FLOPs
+
+Training-free early exit (Lee et al. 2026, arXiv:2605.09165, §4.3): at each candidate exit the hidden state goes
+through the readout (final norm + head; the coda first for models with one) and the token stops at the first
+candidate whose criterion score is below tau. Candidates: loop boundaries for looped models (the last boundary is
+the full depth), every layer for plain ones (`every_layer` gives every loop layer to looped models too, an
+ablation). Criteria (score < tau exits; tau = 0 never exits, tau = inf exits at the first candidate):
+  entropy  H(p) = -sum_v p_v ln p_v of the candidate's distribution (the paper's)
+  kl       KL(p_c || p_prev), p_prev = the previous candidate's distribution (for the first candidate: the readout
+           of the state entering the loop, i.e. the embedding or the prelude output)
+  change   ||h_c - h_prev|| / ||h_c||, the relative change of the hidden state (needs no head until the exit)
+  agree    1 - max_v p_c if argmax p_c = argmax p_prev else inf: top-1 agreement with the previous exit, gated by
+           confidence; tau >= 1 is pure agreement
+  oracle   as agree, but against the final distribution's argmax (needs the full pass: an upper bound)
+  optimal  tau = lambda: each token picks the exit minimising nll + lambda * depth fraction (uses the labels: the
+           best any exit rule can do, the lower convex hull of perplexity vs depth saved)
+Teacher-forced evaluation runs every token through the full depth, so later tokens see full-depth keys/values of
+earlier ones (as in the paper, which counts FLOPs only); decoding (generate_with_exit) does it for real.
+
+Compute saved, two ways (both per token, averaged over tokens):
+  depth   1 - (effective layers run) / (effective depth): the paper's measure (a coda always runs)
+  flops   1 - F_exit / F_full with forward FLOPs from scaling.py's accounting (2 per active parameter + attention
+          over the mean causal context), where F_exit adds every readout the criterion evaluated (the head, and
+          the coda for models with one) and F_full is one plain forward (one readout)
+Perplexity at 5/10/20/30% saved is interpolated linearly in mean NLL (log perplexity) between neighbouring points
+of the Pareto frontier: mixing the two thresholds token by token at random achieves exactly that point.
+
+Elastic depth (Jeddi et al. 2026, arXiv:2602.11451, §4.4): evaluate a looped model at every budget M <= L with
+the uniform schedule (or a given one) and enumerate every schedule of a budget: compositions of L into M parts,
+step sizes k/L (C(L-1, M-1) of them); report the spread and the winners.
+
+Decoding with early exit: each new token stops at the first candidate that satisfies the criterion (for a batch:
+the first candidate where every row does). The KV slots of the layers it skipped are filled by
+  propagate  (default) the exited state through each skipped layer's attention norm and K/V projections (CALM,
+             Schuster et al. 2022): costs 2 of the ~12 d^2 multiply-adds of a layer, approximate
+  recompute  run the skipped layers anyway: exact caches and no saving; the reference for quality
+propagate is the default because it is the only policy that saves compute; recompute shows what exiting alone
+does to quality.
+"""
+import itertools
+import json
+import math
+import os
+import sys
+import time
+from contextlib import nullcontext
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+import scaling
+from loop import load_model
+from model import KVCache, Label, modulate, sample_next
+
+CRITERIA = ("entropy", "kl", "change", "agree", "oracle", "optimal")
+DECODE_CRITERIA = ("entropy", "kl", "change", "agree")  # those that need neither the final pass nor the labels
+FILLS = ("propagate", "recompute")
+TARGETS = (0.05, 0.10, 0.20, 0.30)  # FLOPs-saved levels of Lee et al.'s table
+ENTRY = Label(-1, -1, -1, False, "prelude")  # label of the embedding (the state before the first layer)
+
+# ---------------------------------------------------------------------------------------------------------------
+# where a token may exit, and what each exit costs
+
+
+def is_looped(model):
+    c = model.config
+    return c.n_loop > 1 or c.n_prelude > 0 or c.n_coda > 0
+
+
+@torch.no_grad()
+def depth_labels(model):
+    """The Labels of the model's depth walk, in order (one walk over a single token)."""
+    dev = next(model.parameters()).device
+    x = model.embed(torch.zeros(1, 1, dtype=torch.long, device=dev))
+    return [label for label, _ in model.walk(x, model.rope(0, 1))]
+
+
+def exit_candidates(model, labels, every_layer=False):
+    """Positions in `labels` where a token may exit: loop boundaries of a looped model, every layer of a plain one
+    (or of a looped one with every_layer), never the last loop step (that is the full depth)."""
+    loop = [i for i, lab in enumerate(labels) if lab.part == "loop"]
+    every = every_layer or not is_looped(model)
+    return [i for i in loop[:-1] if every or labels[i].boundary]
+
+
+def step_flops(model, labels, context):
+    """Forward FLOPs per token: (list per effective step, one head, one K/V fill, everything else).
+    From scaling.py's units: a step costs 2 * active params of its block + 4*h*q*context (QK^T and AV); the head
+    2 * its params; `other` is what else a forward runs per token (modules outside the blocks, hyper-connection
+    mixing), charged in full to every exit (conservative). A fill costs the K/V projections of one layer."""
+    units = scaling.compute_units(model, training=False)
+    by_name = {u.name: u for u in units}
+    first = {}  # a module shared across steps is unit blocks.<first position>
+    for i, b in enumerate(model.blocks):
+        first.setdefault(id(b), i)
+    steps = []
+    for lab in labels:
+        u = by_name[f"blocks.{first[id(model.blocks[lab.layer])]}"]
+        steps.append(2.0 * u.active + 4.0 * u.attn_width * context)
+    head = 2.0 * by_name["lm_head"].active
+    # the steps come from the walk's labels; their sum + head + other = scaling.forward_flops_per_token (tested)
+    other = sum(2.0 * u.fwd * u.active for u in units if u.kind == "other")
+    other += scaling.hyperconnection_flops(model, train=False)
+    return steps, head, kv_fill_flops(model), other
+
+
+def kv_fill_flops(model):
+    """Matmul FLOPs of one token's keys and values in one layer (what a propagate fill runs), as counted by
+    torch's FlopCounterMode."""
+    from torch.utils.flop_counter import FlopCounterMode
+    attn = model.blocks[-1].attn
+    p = next(model.parameters())
+    x = torch.zeros(1, 1, model.config.n_embd, device=p.device, dtype=p.dtype)
+    counter = FlopCounterMode(display=False)
+    with torch.no_grad(), counter:
+        attn.keys_values(x, model.rope(0, 1))
+    return float(counter.get_total_flops())
+
+
+def coda_positions(labels):
+    return [i for i, lab in enumerate(labels) if lab.part == "coda"]
+
+
+def readouts_before_exit(criterion, k, n_cand):
+    """How many readouts a criterion evaluates for a token exiting at candidate k (k = n_cand: no exit), the
+    output's own readout included. entropy/kl/agree read every candidate they pass (kl/agree also the entry
+    state); change reads only where it stops; oracle/optimal are bounds and are charged nothing extra."""
+    if criterion == "entropy":
+        return min(k + 1, n_cand) + (k == n_cand)
+    if criterion in ("kl", "agree"):
+        return 1 + min(k + 1, n_cand) + (k == n_cand)
+    return 1
+
+
+def exit_costs(model, labels, cands, criterion, context):
+    """Per exit choice k = 0..K (K = full depth): (effective layers run, forward FLOPs), and the full-depth FLOPs
+    of one plain forward pass."""
+    steps, head, _, other = step_flops(model, labels, context)
+    coda = coda_positions(labels)
+    coda_flops = sum(steps[i] for i in coda)
+    full = sum(steps) + head + other
+    depth, flops = [], []
+    K = len(cands)
+    for k in range(K + 1):
+        n_read = readouts_before_exit(criterion, k, K)
+        if k < K:  # stops after labels[cands[k]]; every readout before the coda also runs the coda
+            run = cands[k] + 1
+            depth.append(run + len(coda))
+            flops.append(sum(steps[:run]) + n_read * (head + coda_flops) + other)
+        else:  # full depth: the candidates it checked were pre-coda readouts, the output is the plain one
+            depth.append(len(labels))
+            flops.append(full + (n_read - 1) * (head + coda_flops))
+    return depth, flops, full
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# criteria
+
+
+def log_probs(logits):
+    return F.log_softmax(logits.float(), dim=-1)
+
+
+def entropy(logits):
+    """Shannon entropy in nats of softmax(logits) over the last dimension."""
+    logp = log_probs(logits)
+    return (-(logp.exp() * logp).sum(-1)).clamp_min(0.0)
+
+
+def exit_score(criterion, logp, prev_logp, h, prev_h):
+    """The criterion's score per token (exit when score < tau). logp/prev_logp: (..., V) log-probabilities of this
+    and the previous candidate (None when the criterion needs no head); h/prev_h: hidden states (..., C)."""
+    if criterion == "entropy":
+        return (-(logp.exp() * logp).sum(-1)).clamp_min(0.0)
+    if criterion == "kl":  # KL(p || p_prev) >= 0; the clamp keeps tau = 0 from exiting on rounding error
+        return (logp.exp() * (logp - prev_logp)).sum(-1).clamp_min(0.0)
+    if criterion == "change":
+        h, prev_h = h.float(), prev_h.float()
+        return (h - prev_h).norm(dim=-1) / h.norm(dim=-1).clamp_min(1e-12)
+    if criterion == "agree":
+        top_logp, top = logp.max(-1)
+        same = top == prev_logp.argmax(-1)
+        return torch.where(same, 1.0 - top_logp.exp(), torch.full_like(top_logp, math.inf))
+    raise ValueError(f"criterion {criterion!r} cannot be scored step by step: use one of {DECODE_CRITERIA}")
+
+
+def needs_head(criterion):
+    return criterion != "change"
+
+
+def readout(model, h, label, cache=None):
+    """Logits of a state of the walk. While decoding, a model with a coda runs it with the KV cache (the coda's
+    slots then hold this token's coda states until a later readout of the same token overwrites them)."""
+    if cache is not None and model.config.n_coda:
+        return model.readout(h, label, cache=cache)
+    return model.readout(h, label)
+
+
+def check_criterion(criterion, decoding=False):
+    allowed = DECODE_CRITERIA if decoding else CRITERIA
+    if criterion not in allowed:
+        raise ValueError(f"unknown exit criterion {criterion!r}: use one of {allowed}"
+                         + (" (oracle and optimal need the full pass or the labels)" if decoding else ""))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# teacher-forced evaluation: one full pass, statistics at every candidate, then any number of thresholds
+
+
+@torch.no_grad()
+def exit_records(model, x, y, cands, criteria):
+    """One full forward pass over x (B, T) with targets y. Returns nll (K+1, B*T) (row K = full depth) and the
+    scores {criterion: (K, B*T)} of the candidate exits; oracle and optimal are derived in sweep()."""
+    B, T = x.shape
+    h = model.embed(x)
+    rope = model.rope(0, T)
+    entry_h, entry_label = h, ENTRY
+    cand_set = set(cands)
+    wanted = [c for c in criteria if c in DECODE_CRITERIA]
+    nll, top1, conf, scores = [], [], [], {c: [] for c in wanted}
+    prev_h, prev_logp = None, None
+    walk = list(model.walk(h, rope))
+    for pos, (label, h) in enumerate(walk):
+        if label.part == "prelude":
+            entry_h, entry_label = h, label
+        if pos not in cand_set and pos != len(walk) - 1:
+            continue
+        if prev_h is None:  # the first candidate is compared with the state entering the loop
+            prev_h = entry_h
+            if any(needs_head(c) and c != "entropy" for c in wanted):
+                prev_logp = log_probs(model.readout(entry_h, entry_label))
+        logp = log_probs(model.readout(h, label))  # (B, T, V)
+        nll.append(-logp.gather(-1, y.unsqueeze(-1)).squeeze(-1).flatten())
+        top_logp, top = logp.max(-1)
+        top1.append(top.flatten())
+        conf.append(1.0 - top_logp.exp().flatten())
+        if pos != len(walk) - 1:
+            for c in wanted:
+                scores[c].append(exit_score(c, logp, prev_logp, h, prev_h).flatten())
+        prev_h, prev_logp = h, logp
+    out = dict(nll=torch.stack(nll).cpu(), scores={c: torch.stack(v).cpu() if v else None for c, v in scores.items()})
+    if "oracle" in criteria:  # confidence gated agreement with the final argmax
+        top1 = torch.stack(top1)
+        conf = torch.stack(conf)
+        out["scores"]["oracle"] = torch.where(top1[:-1] == top1[-1:], conf[:-1],
+                                              torch.full_like(conf[:-1], math.inf)).cpu()
+    return out
+
+
+def collect(model, batches, cands, criteria, progress=True):
+    """exit_records over many batches, concatenated along tokens."""
+    parts, t0, n = [], time.time(), 0
+    for i, (x, y) in enumerate(batches):
+        dev = next(model.parameters()).device
+        parts.append(exit_records(model, x.to(dev), y.to(dev), cands, criteria))
+        n += x.numel()
+        if progress:
+            print(f"\r  {n:,} tokens, {n / (time.time() - t0):,.0f} tok/s", end="", file=sys.stderr)
+    if progress:
+        print(file=sys.stderr)
+    if not parts:
+        raise ValueError("no validation batches: check data_dir, eval_tokens and block_size")
+    scores = {c: torch.cat([p["scores"][c] for p in parts], 1) for c in parts[0]["scores"]
+              if parts[0]["scores"][c] is not None}
+    return dict(nll=torch.cat([p["nll"] for p in parts], 1), scores=scores)
+
+
+def exit_choice(score, tau):
+    """Per token, the first candidate with score < tau; K (= score.size(0)) where none is."""
+    K, N = score.shape
+    ok = torch.cat([score < tau, torch.ones(1, N, dtype=torch.bool)])
+    return ok.to(torch.uint8).argmax(0)  # argmax returns the first maximal index
+
+
+def tau_grid(score, n_tau):
+    """Thresholds that spread the exits: 0, just above quantiles of the finite scores, and inf."""
+    s = score[torch.isfinite(score)].flatten()
+    if s.numel() > 1_000_000:
+        s = s[torch.randperm(s.numel(), generator=torch.Generator().manual_seed(0))[:1_000_000]]
+    qs = np.quantile(s.double().numpy(), np.linspace(0, 1, n_tau)) if s.numel() else np.zeros(0)
+    taus = sorted(set([0.0] + [float(q) * (1 + 1e-6) + 1e-12 for q in qs]))
+    return taus + [math.inf]
+
+
+def sweep(records, criterion, depth, flops, full_flops, n_tau=64):
+    """(tau, perplexity, depth saved, FLOPs saved, exit histogram) for each threshold of the grid."""
+    nll = records["nll"].double()
+    K, N = nll.size(0) - 1, nll.size(1)
+    depth_t = torch.tensor(depth, dtype=torch.float64)
+    flops_t = torch.tensor(flops, dtype=torch.float64)
+    if criterion == "optimal":
+        frac = depth_t / depth_t[-1]
+        taus = [0.0] + [float(t) for t in np.geomspace(1e-3, 1e2, n_tau - 2)] + [math.inf]
+    else:
+        score = records["scores"][criterion]
+        taus = tau_grid(score, n_tau)
+    points = []
+    for tau in taus:
+        if criterion == "optimal":  # lambda = inf: the cheapest exit; ties go to the earliest candidate
+            k = (nll + tau * frac[:, None]).argmin(0) if math.isfinite(tau) else torch.zeros(N, dtype=torch.long)
+        else:
+            k = exit_choice(score, tau)
+        chosen = nll.gather(0, k[None].long())[0]
+        points.append(dict(tau=tau, ppl=math.exp(chosen.mean().item()),
+                           saved_depth=1.0 - depth_t[k.long()].mean().item() / depth_t[-1].item(),
+                           saved_flops=1.0 - flops_t[k.long()].mean().item() / full_flops,
+                           exits=(torch.bincount(k.long(), minlength=K + 1).double() / N).tolist()))
+    return points
+
+
+def frontier(points, key):
+    """The Pareto frontier (more saved, lower perplexity), sorted by saved ascending."""
+    best, out = math.inf, []
+    for p in sorted(points, key=lambda p: (-p[key], p["ppl"])):
+        if p["ppl"] < best:
+            best = p["ppl"]
+            out.append(p)
+    return out[::-1]
+
+
+def ppl_at(front, key, target):
+    """Perplexity at `target` saved, linear in log perplexity between frontier neighbours; None beyond reach."""
+    xs = [p[key] for p in front]
+    if not front or target > xs[-1] + 1e-12:
+        return None
+    if target <= xs[0]:
+        return front[0]["ppl"]
+    j = next(i for i, x in enumerate(xs) if x >= target)
+    a, b = front[j - 1], front[j]
+    w = (target - a[key]) / (b[key] - a[key])
+    return math.exp((1 - w) * math.log(a["ppl"]) + w * math.log(b["ppl"]))
+
+
+def evaluate_exits(model, batches, criteria=("entropy",), every_layer=False, n_tau=64, progress=True):
+    """The whole study for one model: per criterion the sweep, both frontiers and the table rows."""
+    for c in criteria:
+        check_criterion(c)
+    labels = depth_labels(model)
+    cands = exit_candidates(model, labels, every_layer)
+    batches = list(batches)
+    context = (batches[0][0].size(1) + 1) / 2  # mean causal context of a teacher-forced window
+    records = collect(model, batches, cands, criteria, progress)
+    full_ppl = math.exp(records["nll"][-1].double().mean().item())
+    result = dict(full_ppl=full_ppl, tokens=records["nll"].size(1), effective_depth=len(labels),
+                  candidates=[labels[i]._asdict() for i in cands], criteria={})
+    for c in criteria:
+        depth, flops, full = exit_costs(model, labels, cands, c, context)
+        pts = sweep(records, c, depth, flops, full, n_tau)
+        entry = dict(points=pts)
+        for key in ("saved_depth", "saved_flops"):
+            front = frontier(pts, key)
+            entry[f"frontier_{key}"] = front
+            entry[f"table_{key}"] = {f"{t:.2f}": ppl_at(front, key, t) for t in TARGETS}
+        result["criteria"][c] = entry
+    return result
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# decoding with early exit
+
+
+def attention_input(model, label, h, pass_embeddings):
+    """What step `label`'s attention reads of state h: its pre-attention norm, modulated as that pass of a
+    conditioned loop is (TMLT / LoopFormer / IterAdaLN, loop.py), exactly as Block.forward does.
+    pass_embeddings: {loop index: conditioning vector}, filled on first use."""
+    block = model.blocks[label.layer]
+    a = block.norm_attn(h)
+    modulator = getattr(block, "modulator", None)
+    if modulator is not None and label.part == "loop":
+        if label.loop not in pass_embeddings:
+            steps = model.resolve_schedule()
+            pass_embeddings[label.loop] = model.loop_embedding(label.loop, sum(steps[:label.loop]), steps[label.loop])
+        c = pass_embeddings[label.loop]
+        if c is not None:
+            scale, shift, _ = modulator.attn(h, c)
+            a = modulate(a, scale, shift)
+    return a
+
+
+def propagate_fill(model, labels, h, rope, cache):
+    """Write K/V of the exited state h (B, 1, C) into the slots of the skipped steps `labels` (CALM-style)."""
+    pass_embeddings = {}
+    for label in labels:
+        block = model.blocks[label.layer]
+        k, v = block.attn.keys_values(attention_input(model, label, h, pass_embeddings), rope)
+        cache.update(label.index, k, v)
+
+
+@torch.no_grad()
+def decode_step(model, tok, cache, labels, cands, criterion, tau, fill):
+    """Run one new token (B, 1) through the depth with the cache, exiting at the first candidate where every row
+    satisfies the criterion. Returns (logits (B, V), stats)."""
+    pos = cache.pos
+    x = model.embed(tok, pos)
+    rope = model.rope(pos, 1)
+    cand_set = set(cands) if criterion else set()
+    prev_h, prev_logp, entry_label = x, None, ENTRY
+    exit_pos, exit_logits, n_read, n_early_read, scores = None, None, 0, 0, []
+    last = len(labels) - 1
+    walk = model.walk(x, rope, cache, {})
+    for p, (label, h) in enumerate(walk):
+        if label.part == "prelude":
+            prev_h, entry_label = h, label
+        if p not in cand_set or exit_pos is not None:
+            if p == last and exit_pos is None:
+                exit_logits = readout(model, h, label, cache)
+                n_read += 1
+            continue
+        logits = logp = None
+        if needs_head(criterion):
+            if prev_logp is None and criterion != "entropy":
+                prev_logp = log_probs(readout(model, prev_h, entry_label, cache))
+                n_early_read += 1
+            logits = readout(model, h, label, cache)
+            logp = log_probs(logits)
+            n_early_read += 1
+        score = exit_score(criterion, logp, prev_logp, h, prev_h)  # (B, 1)
+        scores.append(score.flatten().tolist())
+        if bool((score < tau).all()):
+            exit_pos = p
+            if logits is None:
+                logits = readout(model, h, label, cache)
+                n_early_read += 1
+            exit_logits = logits
+            if fill == "propagate":
+                walk.close()  # stop the depth here
+                propagate_fill(model, [lab for lab in labels[p + 1:] if lab.part != "coda"], h, rope, cache)
+                break
+        prev_h, prev_logp = h, logp
+    cache.pos += 1
+    exited = exit_pos is not None
+    steps_run = len(labels) if (not exited or fill == "recompute") else exit_pos + 1
+    n_fill = 0 if (not exited or fill == "recompute") else sum(lab.part != "coda" for lab in labels[exit_pos + 1:])
+    # readouts: head evaluations; early_readouts: those of states before the coda (each also runs the coda)
+    stats = dict(exit=labels[exit_pos].index if exited else labels[-1].index, exited=exited, steps=steps_run,
+                 readouts=n_read + n_early_read, early_readouts=n_early_read, fills=n_fill, scores=scores)
+    return exit_logits[:, -1], stats
+
+
+@torch.no_grad()
+def generate_with_exit(model, idx, max_new_tokens, criterion="entropy", tau=0.0, fill="propagate",
+                       every_layer=False, temperature=0.0, top_k=None, generator=None):
+    """Autoregressive decoding with the KV cache where each new token may exit early.
+
+    idx: (B, T) prompt; the prompt is prefilled at full depth. criterion None (or tau <= 0 with a threshold
+    criterion) decodes at full depth. Returns a dict: tokens (B, T + max_new_tokens); logits (B, N, V), the
+    distribution each new token was drawn from; per generated token after the first (the first comes from the
+    prefill) a dict in `stats`: exit (effective-layer index it stopped at), exited, steps (layers run),
+    readouts, early_readouts, fills, scores (per candidate checked, per row), context; labels and candidates of
+    the depth; decode_s (wall time of the decoding steps); the cache."""
+    if criterion is not None:
+        check_criterion(criterion, decoding=True)
+    if fill not in FILLS:
+        raise ValueError(f"fill must be one of {FILLS}, got {fill!r}")
+    B, T = idx.shape
+    if T + max_new_tokens > model.config.block_size:
+        raise ValueError(f"prompt ({T}) + max_new_tokens ({max_new_tokens}) exceeds block_size="
+                         f"{model.config.block_size}")
+    labels = depth_labels(model)
+    cands = exit_candidates(model, labels, every_layer)
+    V = model.config.vocab_size
+    cache = KVCache(model.n_slots(), B, T + max_new_tokens)
+    logits, _, _ = model(idx, cache=cache)
+    logits = logits[:, -1]
+    out, all_logits, stats = [idx], [], []
+    sync = torch.cuda.synchronize if idx.is_cuda else (lambda: None)
+    sync()
+    t0 = time.perf_counter()
+    for n in range(max_new_tokens):
+        all_logits.append(logits[:, :V])
+        nxt = sample_next(logits[:, :V], temperature, top_k, generator)
+        out.append(nxt)
+        if n == max_new_tokens - 1:
+            break
+        ctx = cache.pos + 1
+        logits, st = decode_step(model, nxt, cache, labels, cands, criterion, tau, fill)
+        st["context"] = ctx
+        stats.append(st)
+    sync()
+    decode_s = time.perf_counter() - t0
+    return dict(tokens=torch.cat(out, 1), logits=torch.stack(all_logits, 1), stats=stats, labels=labels,
+                candidates=cands, decode_s=decode_s, cache=cache)
+
+
+def decode_flops(model, labels, stats):
+    """Forward FLOPs actually executed per decoded token (layers run, readouts, K/V fills) and those of plain
+    full-depth decoding of the same tokens."""
+    run = full = 0.0
+    coda = coda_positions(labels)
+    steps0, head, fill, other = step_flops(model, labels, 0)
+    per_ctx = [b - a for a, b in zip(steps0, step_flops(model, labels, 1)[0])]  # attention per context token
+    for st in stats:
+        steps = [a + b * st["context"] for a, b in zip(steps0, per_ctx)]
+        coda_flops = sum(steps[i] for i in coda)
+        # an exited token (propagate) ran its steps up to the exit; its coda ran inside its readouts
+        run += (sum(steps[:st["steps"]]) + st["readouts"] * head + st["early_readouts"] * coda_flops
+                + st["fills"] * fill + other)
+        full += sum(steps) + head + other
+    n = max(len(stats), 1)
+    return run / n, full / n
+
+
+def summarize_generation(model, result):
+    """One line about a generate_with_exit result: exits, mean depth, FLOPs saved."""
+    st, labels = result["stats"], result["labels"]
+    if not st:
+        return "no decoding steps"
+    run, full = decode_flops(model, labels, st)
+    frac = sum(s["exited"] for s in st) / len(st)
+    depth = sum(s["exit"] + 1 for s in st) / len(st)
+    return (f"{frac:.0%} of tokens exited early, mean exit depth {depth:.2f} of {len(labels)}, "
+            f"FLOPs saved {1 - run / full:.1%}, {len(st) / max(result['decode_s'], 1e-9):.1f} decode steps/s")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# elastic depth: budgets and schedules (Jeddi et al. 2026, arXiv:2602.11451, §3.2 and §4.4)
+
+
+def compositions(L, M):
+    """Every ordered way to write L as M positive integers (a schedule of M steps of sizes k/L summing to 1);
+    C(L-1, M-1) of them, in lexicographic order of the cut points."""
+    if not 1 <= M <= L:
+        raise ValueError(f"a budget M must satisfy 1 <= M <= L, got M={M}, L={L}")
+    out = []
+    for cuts in itertools.combinations(range(1, L), M - 1):
+        edges = (0,) + cuts + (L,)
+        out.append(tuple(b - a for a, b in zip(edges, edges[1:])))
+    return out
+
+
+def parse_schedule(text, L):
+    """'4,2,1,1' (units of 1/L) -> (4, 2, 1, 1), checked to sum to L."""
+    steps = tuple(int(s) for s in text.replace(" ", "").split(",") if s)
+    if not steps or any(s <= 0 for s in steps) or sum(steps) != L:
+        raise ValueError(f"schedule {text!r} must be positive integers (units of 1/{L}) summing to L={L}")
+    return steps
+
+
+@torch.no_grad()
+def schedule_loss(model, batches, schedule):
+    """Mean validation NLL of the model run with `schedule` (step sizes summing to 1, one pass each) through
+    loop.py's elastic-depth hook (LoopedGPT.set_schedule); the model's own schedule is restored afterwards."""
+    if not hasattr(model, "set_schedule") or model.config.n_loop < 2:
+        raise ValueError(f"elastic depth needs a looped model (n_loop >= 2) from loop.py, got "
+                         f"{type(model).__name__} with n_loop={model.config.n_loop}")
+    saved, total, n = model.schedule, 0.0, 0
+    dev = next(model.parameters()).device
+    try:
+        model.set_schedule(list(schedule))
+        for x, y in batches:
+            total += model(x.to(dev), y.to(dev))[1].item() * x.numel()
+            n += x.numel()
+    finally:
+        model.set_schedule(saved)
+    return total / n
+
+
+def elastic_study(model, batches, budget=0, schedule=None, progress=True):
+    """Perplexity at every budget M <= L (uniform steps 1/M, or the given schedule for its own length) and, for
+    `budget`, at every composition of L into that many steps: spread and the best and worst schedules."""
+    L = model.config.n_loop
+    batches = list(batches)
+    result = dict(L=L, budgets={})
+    for M in range(1, L + 1):
+        sched = [1.0 / M] * M
+        result["budgets"][M] = math.exp(schedule_loss(model, batches, sched))
+        if progress:
+            print(f"  M={M}: ppl {result['budgets'][M]:.3f}", file=sys.stderr)
+    if schedule:
+        result["schedule"] = dict(steps=schedule, ppl=math.exp(schedule_loss(model, batches,
+                                                                         [s / L for s in schedule])))
+    if budget:
+        rows = []
+        for comp in compositions(L, budget):
+            rows.append(dict(steps=comp, ppl=math.exp(schedule_loss(model, batches, [s / L for s in comp]))))
+        rows.sort(key=lambda r: r["ppl"])
+        result["all_schedules"] = rows
+        result["spread"] = rows[-1]["ppl"] - rows[0]["ppl"]
+        result["best"], result["worst"] = rows[:5], rows[-5:]
+        # do winners take larger steps early? (Jeddi et al.: coarse early, fine late) mean first-half minus
+        # second-half step size over the top fifth
+        top = rows[:max(1, len(rows) // 5)]
+        result["front_loading_of_best"] = float(np.mean([np.mean(r["steps"][:budget // 2 or 1]) -
+                                                         np.mean(r["steps"][budget // 2:]) for r in top]))
+    return result
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# benchmark: decoding speed against full depth
+
+
+def benchmark_decoding(model, prompts, new_tokens, taus, criterion="entropy", fill="propagate", repeats=3,
+                       every_layer=False):
+    """Tokens/s of greedy decoding at full depth and at each tau; measured speed-up / the speed-up predicted by
+    the FLOPs actually executed (target >= 0.8). prompts: (B, T) token ids on the model's device. The settings
+    are timed round-robin, `repeats` times each, and the median counts, so drifting machine load hits all alike."""
+    settings = [(None, 0.0)] + [(criterion, tau) for tau in taus]
+    for crit, tau in settings:  # warm-up (allocator, kernels, compiled blocks)
+        generate_with_exit(model, prompts, min(8, new_tokens), crit, tau, fill, every_layer)
+    times, runs = [[] for _ in settings], [None] * len(settings)
+    for _ in range(repeats):
+        for i, (crit, tau) in enumerate(settings):
+            runs[i] = generate_with_exit(model, prompts, new_tokens, crit, tau, fill, every_layer)
+            times[i].append(runs[i]["decode_s"])
+    steps = (new_tokens - 1) * prompts.size(0)  # decoded tokens (the first new token comes from the prefill)
+    tps = [steps / float(np.median(t)) for t in times]
+    rows = []
+    for (crit, tau), res, rate in zip(settings, runs, tps):
+        flops_run, flops_full = decode_flops(model, res["labels"], res["stats"])
+        measured, predicted = rate / tps[0], flops_full / flops_run
+        rows.append(dict(tau=tau, criterion=crit, tokens_per_s=rate, speedup=measured, predicted=predicted,
+                         ratio=measured / predicted, saved_flops=1 - flops_run / flops_full,
+                         exited=sum(s["exited"] for s in res["stats"]) / max(len(res["stats"]), 1),
+                         same_tokens_as_full=bool(torch.equal(res["tokens"], runs[0]["tokens"]))))
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# command line
+
+ckpt = ""  # run directory (or ckpt.pt); several as a comma-separated list, one curve each
+names = ""  # comma-separated legend names (default: the run directories' names)
+mode = "exit"  # exit (tau sweep: Pareto frontiers and table) | elastic (budgets and schedules) | bench (decode speed)
+criteria = "entropy"  # comma-separated: entropy, kl, change, agree, oracle, optimal (bench: the first one)
+every_layer = False  # looped models: every loop layer is a candidate exit, not only loop boundaries (ablation)
+eval_tokens = 65536  # validation tokens scored (Lee et al. used 800K)
+batch_size = 8  # sequences per evaluation batch
+block_size = 0  # evaluation window in tokens; 0 = the model's block_size
+n_tau = 64  # thresholds per criterion in the sweep
+data_dir = ""  # token files; "" = the first checkpoint's training data
+out = ""  # output path prefix for .json and .png; "" = <first run dir>/early_exit_<mode>
+device = "cpu"  # cpu | cuda | cuda:N
+dtype = "float32"  # float32 | bfloat16 (autocast)
+budget = 0  # elastic: enumerate every schedule with this many steps (0 = the per-budget curve only)
+schedule = ""  # elastic: one more schedule to evaluate, in units of 1/L, e.g. "4,2,1,1"
+fill = "propagate"  # bench: filling the KV slots of skipped layers: propagate | recompute
+taus = ""  # bench: comma-separated thresholds; "" = those reaching 10% and 30% FLOPs saved on the val set
+prompt_len = 64  # bench: prompt tokens (taken from the validation set)
+new_tokens = 128  # bench: tokens decoded per run
+bench_batch = 1  # bench: sequences decoded together (a batch exits where all its rows may)
+repeats = 3  # bench: timed runs per setting (the median counts)
+
+
+def load_runs(cfg):
+    paths = [p for p in cfg["ckpt"].split(",") if p]
+    if not paths:
+        raise SystemExit("early_exit.py: give --ckpt=RUN_DIR (several: --ckpt=A,B,C)")
+    names = [n for n in cfg["names"].split(",") if n] or [os.path.basename(os.path.normpath(p)) for p in paths]
+    if len(names) != len(paths):
+        raise SystemExit(f"--names has {len(names)} entries for {len(paths)} checkpoints")
+    runs = []
+    for name, path in zip(names, paths):
+        model, state = load_model(path, cfg["device"])
+        runs.append((name, path, model, state))
+    return runs
+
+
+def validation(cfg, runs):
+    from data import TokenData, default_data_dir
+    tc = runs[0][3].get("train_config", {})
+    data_dir = cfg["data_dir"] or tc.get("data_dir") or default_data_dir(tc.get("data_source", "offline"),
+                                                                         tc.get("tokenizer", "gpt2"))
+    if not os.path.exists(os.path.join(data_dir, "meta.json")):
+        raise SystemExit(f"no prepared data in {data_dir}: run `python data.py` or pass --data_dir")
+    data = TokenData(data_dir)
+    for name, _, model, _ in runs:
+        if model.config.vocab_size != data.vocab_size:
+            raise SystemExit(f"{name} has vocab_size {model.config.vocab_size}, {data_dir} {data.vocab_size}: "
+                             "every checkpoint must use the data's tokenizer")
+    T = cfg["block_size"] or min(m.config.block_size for _, _, m, _ in runs)
+    return data, T
+
+
+def autocast(cfg):
+    if cfg["dtype"] == "bfloat16":
+        return torch.autocast(cfg["device"].split(":")[0], dtype=torch.bfloat16)
+    if cfg["dtype"] != "float32":
+        raise SystemExit(f"dtype must be float32 or bfloat16, got {cfg['dtype']!r}")
+    return nullcontext()
+
+
+def print_table(results, key):
+    what = {"saved_depth": "fraction of effective depth skipped (Lee et al.'s measure)",
+            "saved_flops": "true forward FLOPs, exit-check readouts included"}[key]
+    print(f"\nPerplexity at FLOPs saved = {what}")
+    print(f"{'model [criterion]':34s} {'full':>7s} " + " ".join(f"{t:>7.0%}" for t in TARGETS))
+    for name, r in results.items():
+        for c, e in r["criteria"].items():
+            row = [e[f"table_{key}"][f"{t:.2f}"] for t in TARGETS]
+            print(f"{name + ' [' + c + ']':34s} {r['full_ppl']:7.1f} "
+                  + " ".join(f"{v:7.1f}" if v is not None else "      -" for v in row))
+
+
+def plot_exits(results, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    styles, markers = ["-", "--", ":", "-."], "os^vDx"
+    one_model = len(results) == 1
+    for ax, key, title in zip(axes, ("saved_depth", "saved_flops"),
+                              ("depth skipped (Lee et al.'s measure)", "true FLOPs saved (checks included)")):
+        for i, (name, r) in enumerate(results.items()):
+            for j, (c, e) in enumerate(r["criteria"].items()):
+                front = [p for p in e[f"frontier_{key}"] if p[key] >= 0]
+                label = name if len(r["criteria"]) == 1 else f"{name} [{c}]"
+                color = f"C{j}" if one_model else f"C{i}"  # one model: a colour per criterion
+                ax.plot([100 * p[key] for p in front], [p["ppl"] for p in front], styles[j % 4], color=color,
+                        marker=markers[j % 6], ms=2.5, label=label)
+            color = "k" if one_model else f"C{i}"
+            ax.plot([0], [r["full_ppl"]], "*", color=color, ms=9)  # the plain full-depth forward
+        ax.set_yscale("log")
+        ax.set_xlim(0, None)
+        ax.set_xlabel(f"FLOPs saved (%): {title}")
+        ax.set_ylabel("perplexity")
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=8, title="star: full depth", title_fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+
+
+def plot_elastic(results, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    with_schedules = [(n, r) for n, r in results.items() if "all_schedules" in r]
+    fig, axes = plt.subplots(1, 1 + len(with_schedules), figsize=(5.5 * (1 + len(with_schedules)), 4.2),
+                             squeeze=False)
+    ax = axes[0][0]
+    for name, r in results.items():
+        Ms = sorted(r["budgets"], key=int)
+        ax.plot(Ms, [r["budgets"][m] for m in Ms], "o-", label=name)
+    ax.set_xlabel("budget M (loop steps, uniform schedule)")
+    ax.set_ylabel("perplexity")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    for ax, (name, r) in zip(axes[0][1:], with_schedules):
+        rows = r["all_schedules"]
+        ax.bar(range(len(rows)), [row["ppl"] for row in rows], color="C0")
+        lo = min(row["ppl"] for row in rows)
+        ax.set_ylim(lo * 0.98, max(row["ppl"] for row in rows) * 1.01)
+        ax.set_xticks(range(len(rows)))
+        ax.set_xticklabels(["".join(map(str, row["steps"])) for row in rows], rotation=90, fontsize=5)
+        ax.set_title(f"{name}: all M={len(rows[0]['steps'])} schedules (steps in 1/{r['L']})", fontsize=9)
+        ax.set_ylabel("perplexity")
+    fig.tight_layout()
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+
+
+def write_json(path, obj):
+    def clean(o):
+        if isinstance(o, float) and not math.isfinite(o):
+            return "inf" if o > 0 else "-inf"
+        if isinstance(o, dict):
+            return {str(k): clean(v) for k, v in o.items()}
+        if isinstance(o, (list, tuple)):
+            return [clean(v) for v in o]
+        return o
+    with open(path, "w") as f:
+        json.dump(clean(obj), f, indent=1)
+
+
+def main(argv=None):
+    from configurator import configure
+    # the command-line keys are the lower-case simple globals above (constants are upper case)
+    defaults = {k: v for k, v in globals().items() if k.islower() and not k.startswith("_")}
+    cfg, _ = configure(defaults, None, argv, doc_source=__file__)
+    if cfg["mode"] not in ("exit", "elastic", "bench"):
+        raise SystemExit(f"--mode must be exit | elastic | bench, got {cfg['mode']!r}")
+    crits = [c for c in cfg["criteria"].split(",") if c]
+    for c in crits:
+        if c not in CRITERIA:
+            raise SystemExit(f"unknown criterion {c!r}: use a comma-separated list of {', '.join(CRITERIA)}")
+    torch.manual_seed(1337)
+    runs = load_runs(cfg)
+    data, T = validation(cfg, runs)
+    prefix = cfg["out"] or os.path.join(runs[0][1] if os.path.isdir(runs[0][1]) else os.path.dirname(runs[0][1]),
+                                        f"early_exit_{cfg['mode']}")
+    batches = list(data.val_batches(cfg["batch_size"], T, cfg["eval_tokens"]))
+    results = {}
+    with autocast(cfg):
+        for name, path, model, _ in runs:
+            print(f"{name}: {path}", file=sys.stderr)
+            if cfg["mode"] == "exit":
+                results[name] = evaluate_exits(model, batches, crits, cfg["every_layer"], cfg["n_tau"])
+            elif cfg["mode"] == "elastic":
+                L = model.config.n_loop
+                sched = parse_schedule(cfg["schedule"], L) if cfg["schedule"] else None
+                results[name] = elastic_study(model, batches, cfg["budget"], sched)
+            else:
+                results[name] = bench_one(cfg, model, batches, data, crits[0] if crits else "entropy")
+    meta = dict(config=cfg, tokens=sum(x.numel() for x, _ in batches), block_size=T)
+    write_json(prefix + ".json", dict(meta=meta, results=results))
+    if cfg["mode"] == "exit":
+        print_table(results, "saved_depth")
+        print_table(results, "saved_flops")
+        plot_exits(results, prefix + ".png")
+    elif cfg["mode"] == "elastic":
+        for name, r in results.items():
+            print(f"\n{name}: ppl by budget " + ", ".join(f"M={m}: {p:.2f}" for m, p in r["budgets"].items()))
+            if "all_schedules" in r:
+                print(f"  {len(r['all_schedules'])} schedules of M={cfg['budget']}: spread {r['spread']:.3f} ppl")
+                for row in r["best"]:
+                    print(f"  best  {row['steps']}  {row['ppl']:.3f}")
+                for row in r["worst"][-2:]:
+                    print(f"  worst {row['steps']}  {row['ppl']:.3f}")
+        plot_elastic(results, prefix + ".png")
+    else:
+        for name, rows in results.items():
+            print(f"\n{name}: decoding {cfg['new_tokens']} tokens x {cfg['bench_batch']} ({cfg['fill']} fill)")
+            print(f"{'tau':>9s} {'exited':>7s} {'saved':>7s} {'tok/s':>9s} {'speedup':>8s} {'predicted':>9s} "
+                  f"{'ratio':>6s}")
+            for r in rows:
+                print(f"{r['tau']:9.4g} {r['exited']:7.1%} {r['saved_flops']:7.1%} {r['tokens_per_s']:9.1f} "
+                      f"{r['speedup']:8.3f} {r['predicted']:9.3f} {r['ratio']:6.2f}")
+    print(f"\nwrote {prefix}.json" + ("" if cfg["mode"] == "bench" else f" and {prefix}.png"))
+
+
+def bench_one(cfg, model, batches, data, criterion):
+    if cfg["taus"]:
+        taus = [float(t) for t in cfg["taus"].split(",") if t]
+    else:  # thresholds reaching 10% and 30% FLOPs saved in the teacher-forced sweep
+        r = evaluate_exits(model, batches, (criterion,), cfg["every_layer"], cfg["n_tau"], progress=False)
+        pts = r["criteria"][criterion]["points"]
+        taus = []
+        for target in (0.10, 0.30):
+            ok = [p["tau"] for p in pts if p["saved_flops"] >= target]
+            if ok:
+                taus.append(min(ok))
+    x = next(iter(batches))[0][:cfg["bench_batch"], :cfg["prompt_len"]].to(cfg["device"])
+    n = min(cfg["new_tokens"], model.config.block_size - x.size(1))
+    return benchmark_decoding(model, x, n, taus, criterion, cfg["fill"], cfg["repeats"], cfg["every_layer"])
+
+
+if __name__ == "__main__":
+    main()
