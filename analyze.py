@@ -474,7 +474,8 @@ def heatmap(ax, matrix, title, axis_label, vmin=None, vmax=None, first=1):
     if n <= 12:
         for i in range(n):
             for j in range(n):
-                ax.text(j, i, f"{matrix[i, j]:.2f}", ha="center", va="center", fontsize=6, color="w")
+                light = im.norm(matrix[i, j]) > 0.6  # dark text on the yellow end of viridis
+                ax.text(j, i, f"{matrix[i, j]:.2f}", ha="center", va="center", fontsize=6, color="k" if light else "w")
     ticks = range(0, n, max(1, n // 8))
     ax.set(title=title, xlabel=axis_label, ylabel=axis_label, xticks=ticks, yticks=ticks,
            xticklabels=[t + first for t in ticks], yticklabels=[t + first for t in ticks])
@@ -798,7 +799,7 @@ def run_representation(cfg, model_cfg):
         ax.set(xlabel="normalised depth", title=title)
         ax.legend(fontsize=7)
     for i, (name, r) in enumerate(result.items()):
-        heatmap(fig.add_subplot(grid[1, i]), np.array(r["cka"]), f"{name}: CKA", "loop step", 0, 1)
+        heatmap(fig.add_subplot(grid[1, i]), np.array(r["cka"]), f"{name}: CKA", "loop step")
     return result, fig
 
 
