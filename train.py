@@ -307,7 +307,7 @@ def main(argv=None):
     t_last, tokens_since = time.time(), 0
     train_loss = float("nan")
     val_loss = float("nan")
-    step = start_step
+    last_saved = start_step if ckpt is not None else None
     for step in range(start_step, max_steps + 1):
         last = step == max_steps
         if step % cfg["eval_interval"] == 0 or last:
@@ -318,6 +318,7 @@ def main(argv=None):
                 f"step {step}/{max_steps} | val loss {val_loss:.4f}")
             if step > start_step or ckpt is None:
                 checkpoint(step)
+                last_saved = step
             t_last += time.time() - t_eval  # throughput counts training time only
         if last:
             break
@@ -353,9 +354,8 @@ def main(argv=None):
             dist.all_reduce(loss_sum, op=dist.ReduceOp.AVG)
         train_loss = loss_sum.item()  # one host sync per step, needed for the finiteness check anyway
         if not math.isfinite(train_loss):
-            say(f"step {step}: the loss is {train_loss}; stopping. The last good checkpoint is {ckpt_path} "
-                "(step {}): lower lr, raise warmup_iters or turn on grad_clip, then --resume".format(
-                    torch.load(ckpt_path, weights_only=True)["step"] if os.path.exists(ckpt_path) else "none"))
+            say(f"step {step}: the loss is {train_loss}; stopping. The last good checkpoint is {ckpt_path} (step "
+                f"{last_saved}): lower lr, raise warmup_iters or turn on grad_clip, then --resume")
             if ddp:
                 dist.destroy_process_group()
             raise SystemExit(1)
