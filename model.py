@@ -468,7 +468,8 @@ class _ChunkedCrossEntropy(torch.autograd.Function):
         picked = logits.gather(1, safe[:, None]).squeeze(1).to(fp)
         lse = torch.empty(N, dtype=fp, device=logits.device)
         grad = torch.empty_like(logits) if with_grad else None
-        chunk_elems = 2 ** 18 if logits.device.type == "cpu" else 2 ** 24  # 1 MiB of fp32: in L2 on CPU
+        on_cpu = logits.device.type == "cpu"
+        chunk_elems = 2 ** 18 * torch.get_num_threads() if on_cpu else 2 ** 24  # CPU: 1 MiB of fp32 per thread (L2)
         rows = max(1, min(N, chunk_elems // V))
         z = torch.empty(rows, V, dtype=fp, device=logits.device)
         flat_target = torch.arange(N, device=logits.device) % rows * V + safe  # target's index in z.view(-1)

@@ -107,7 +107,8 @@ def test_rope_matches_reference_formula_and_gradient(dtype):
     torch.testing.assert_close(yb, ya, **tol)
     torch.testing.assert_close(b.grad, a.grad, **tol)
     if dtype == torch.float64:
-        assert torch.autograd.gradcheck(lambda q: apply_rope(q, cos.double(), sin.double()), (x.detach().requires_grad_(),))
+        x64 = x.detach().requires_grad_()
+        assert torch.autograd.gradcheck(lambda q: apply_rope(q, cos.double(), sin.double()), (x64,))
 
 
 def test_compiled_blocks_match_eager():
