@@ -809,10 +809,9 @@ def main(argv=None):
             print(f"\n{name}: ppl by budget " + ", ".join(f"M={m}: {p:.2f}" for m, p in r["budgets"].items()))
             if "all_schedules" in r:
                 print(f"  {len(r['all_schedules'])} schedules of M={cfg['budget']}: spread {r['spread']:.3f} ppl")
-                for row in r["best"]:
-                    print(f"  best  {row['steps']}  {row['ppl']:.3f}")
-                for row in r["worst"][-2:]:
-                    print(f"  worst {row['steps']}  {row['ppl']:.3f}")
+                rows = r["all_schedules"]
+                for row in rows if len(rows) <= 8 else rows[:5] + rows[-2:]:
+                    print(f"  {str(row['steps']):24s} {row['ppl']:.3f}")
         plot_elastic(results, prefix + ".png")
     else:
         for name, rows in results.items():
