@@ -137,7 +137,9 @@ def test_flops_accounting_by_hand():
 def test_step_costs_add_up_to_scalings_forward_flops():
     import scaling
     for model in (tiny_gpt(), tiny_looped(), tiny_looped(n_prelude=1, n_coda=1, hc_lanes=2),
-                  tiny_looped(loop_cond="loopformer", elastic="shortcut"), tiny_looped(n_expert=4)):
+                  tiny_looped(loop_cond="loopformer", elastic="shortcut"), tiny_looped(n_expert=4),
+                  tiny_looped(attn="mla", q_lora_rank=8, kv_lora_rank=8, rope_head_dim=4, n_expert=4,
+                              n_shared_expert=1, moe_d_ff=16, moe_router="sigmoid", loop_cond="iteradaln")):
         labels = ee.depth_labels(model)
         steps, head, _, other = ee.step_flops(model, labels, 7.0)
         assert sum(steps) + head + other == pytest.approx(scaling.forward_flops_per_token(model, seq_len=7.0))

@@ -328,6 +328,11 @@ def kinds():
         yield "MoE with a shared expert", build_model(small_config(n_shared_expert=1, **moe))
         if not pending(_build_looped):
             yield "Looped-MoE", build_model(small_config(n_loop=2, **moe))
+            # Chen et al.'s LoopMoE: MLA attention (no head_dim of the plain kind), sigmoid router, shared expert
+            yield "LoopMoE with MLA", build_model(small_config(
+                attn="mla", q_lora_rank=16, kv_lora_rank=12, rope_head_dim=8, n_shared_expert=1,
+                moe_router="sigmoid", moe_first_dense=1, sandwich_norm=True, loop_cond="iteradaln", **looped,
+                **dict(moe, n_expert=6)))
 
 
 @pytest.mark.parametrize("name,model", list(kinds()), ids=lambda x: x if isinstance(x, str) else "")
