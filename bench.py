@@ -14,7 +14,6 @@ steps each; each line is the median step. On a machine shared with other jobs wa
 the neighbours: --clock=cpu times CPU seconds of this process instead (use it with --threads=1, where no thread
 ever waits for a descheduled sibling), which gives the MFU this code would reach on one quiet core.
 """
-import ctypes
 import json
 import statistics
 import time
@@ -39,19 +38,6 @@ clock = "wall"  # wall (elapsed time) | cpu (CPU time of this process: robust on
 threads = 0  # torch threads; 0 = torch's default (all cores)
 device = "cpu"  # cpu | cuda
 out = ""  # optional JSON file for the results
-
-
-def keep_freed_memory():
-    """Stop glibc from returning large freed blocks to the OS. Blocks over 32 MiB (logits and their gradient
-    for a 50k vocabulary) are otherwise mmap-ed fresh every step and page-faulted in again: about 7% of a
-    nanogpt bf16 step here, more on wall clock. Same effect as starting Python with MALLOC_MMAP_MAX_=0
-    MALLOC_TRIM_THRESHOLD_=2147483647. Linux/glibc only; returns False where it does nothing."""
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-    except OSError:
-        return False
-    M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4
-    return libc.mallopt(M_MMAP_MAX, 0) == 1 and libc.mallopt(M_TRIM_THRESHOLD, 2 ** 31 - 1) == 1
 
 
 def timer(clock_name):
@@ -95,7 +81,7 @@ def main(argv=None):
     dev = cfg["device"]
     on_cuda = dev.startswith("cuda")
     if not on_cuda:
-        keep_freed_memory()
+        train.keep_freed_memory()  # as train.py does on CPU
     now = timer(cfg["clock"])
     sync = torch.cuda.synchronize if on_cuda else (lambda: None)
     T, B = model_cfg.block_size, cfg["batch_size"]

@@ -1,6 +1,7 @@
 """The fast CPU paths are the plain formulas: chunked cross-entropy, hand-written RMSNorm and RoPE backward, the
 compiled block, fused AdamW, and bench.py's output."""
 import json
+import sys
 
 import pytest
 import torch
@@ -155,3 +156,10 @@ def test_bench_reports_every_setup(tmp_path):
         assert r["tokens_per_s"] > 0 and 0 < r["mfu"] < 1.5
     with pytest.raises(ValueError, match="clock"):
         bench.main(["--clock=gpu"])
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")
+def test_keep_freed_memory_sets_glibc_options():
+    """train.py keeps large freed blocks (the logits and their gradient) in the heap on CPU; mallopt returns 1
+    only for options it knows and accepts."""
+    assert train.keep_freed_memory() is True
