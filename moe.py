@@ -31,16 +31,18 @@ combine the gated outputs per token; none loops over tokens.
   when moe_capacity_factor > 0 (static), else the largest load rounded up to 8 (one host sync), or N under
   torch.compile. bmm uses the CPU's bf16 matrix units; it wastes E*P/S - 1 of its work on padding.
 - "loop": a Python loop over experts, plain matmuls on each expert's contiguous rows (exact sizes, one host
-  sync, graph breaks under compile): the readable path, and the fastest on CPU in fp32.
-- "auto": on CUDA grouped in bf16 (else batched); on CPU loop in fp32, batched in bf16 and under compile. Measured
-  here (bench_moe.py --threads=1 --clock=process: CPU time, 1 thread, as this 2-core machine is shared; d=256,
+  sync, graph breaks under compile): the readable path, and the fastest on CPU. In bf16/fp16 on CPU each
+  expert's rows are padded with zeros up to one of a few sizes (bucket()): oneDNN JIT-compiles a kernel for every
+  new matmul shape (about 2 ms, 10x the matmul itself at d=256), and expert loads change at every step.
+- "auto": on CUDA grouped in bf16 (else batched); on CPU loop, batched under compile. Measured here
+  (bench_moe.py --threads=1 --clock=process: CPU time, 1 thread, on a machine busy with other runs; d=256,
   8 effective layers, 2,048 tokens/step, E=8, k=2, expert load max/mean 1.6 at init), training-step time
-  MoE / Base: fp32 grouped 1.15, loop 1.18, batched 1.40; bf16 batched 1.45, grouped 2.73, loop 2.71 (fwd+bwd
-  alone: 1.38 / 1.69 / 1.73). In bf16 one bmm over all experts keeps the CPU's bf16 matrix units busy where
-  per-expert matmuls on a few hundred rows do not; in fp32 the exact-size paths win because batched pays for
-  padding to the busiest expert. grouped_mm's CPU kernel is not the fp32 default because with 2 threads it
-  slows down sharply (bf16: 4.4x a dense FFN in ENV-NOTES; here 5x the CPU time of bmm). Re-check with
-  bench_moe.py on a quiet machine.
+  MoE / Base: fp32 loop 1.09, grouped 1.15, batched 1.40-1.58; bf16 loop 1.41 (1.37 fwd+bwd; 3.6 before the
+  row buckets), batched 1.45-1.74, grouped 2.73. The rest of the bf16 gap (profiled: +0.41 s on 1.34 s) is
+  a quarter matmuls (padding, 24 small calls a layer instead of 3), a quarter autocast's bf16 copies of all E
+  experts' weights and of their gradients, and the rest zero-fills, the concatenation and AdamW over 4x the
+  dense FFN's parameters: costs per stored parameter that fast bf16 matmuls no longer hide. grouped_mm's CPU kernel is slow here (no bf16 matrix
+  units; with 2 threads it slows down sharply). Re-check with bench_moe.py on a quiet machine.
 A capacity factor (off by default) drops the slots beyond an expert's capacity in slot order (earlier tokens
 first); grouped and loop still compute the dropped rows (gate 0) to keep their shapes simple. A float64
 per-token reference lives only in tests/test_moe.py; every path matches it (values and gradients).
@@ -231,12 +233,12 @@ def compute_dtype(x):
 
 def resolve_dispatch(mode, device, dtype):
     """'auto' -> the fastest path measured for the device and dtype (see the module docstring): on CUDA grouped
-    in bf16 (its fast kernel), else batched; on CPU loop in fp32, batched in bf16/fp16 and under torch.compile
-    (loop breaks the graph, compiled grouped_mm needs bf16)."""
+    in bf16 (its fast kernel), else batched; on CPU loop, but batched under torch.compile (loop breaks the
+    graph, compiled grouped_mm needs bf16)."""
     if mode == "auto":
         if device.type == "cuda":
             return "grouped" if dtype == torch.bfloat16 else "batched"
-        return "loop" if (dtype == torch.float32 and not torch.compiler.is_compiling()) else "batched"
+        return "batched" if torch.compiler.is_compiling() else "loop"
     if mode == "grouped" and dtype not in (torch.float32, torch.bfloat16, torch.float16):
         raise ValueError(f"moe_dispatch='grouped' (torch grouped_mm) supports float32/bfloat16/float16, not {dtype}; "
                          "use moe_dispatch='batched' or 'loop'")
@@ -288,16 +290,35 @@ def dispatch_grouped(x_NC, experts_NK, gates_NK, w_up, w_down, kind, capacity):
     return combine(y_SC, order_S, gates_NK, keep_S)  # dropped slots were computed (static shapes), gated to 0
 
 
+def few_shapes(x):
+    """True where each new matrix shape costs a kernel compilation: CPU matmuls in bf16/fp16 go to oneDNN, which
+    JIT-compiles a kernel per new row count (about 2 ms, 10x the matmul itself at d=256); expert loads change at
+    every step. fp32 goes to a BLAS that needs no compilation."""
+    return x.device.type == "cpu" and x.dtype in (torch.bfloat16, torch.float16)
+
+
+def bucket(n):
+    """n rows rounded up to one of few sizes: a power of two up to 64, a multiple of 64 above (padding wastes at
+    most 63 rows per expert, and under 2x on the tiny loads of decoding)."""
+    return 1 << max(n - 1, 0).bit_length() if n <= 64 else -(-n // 64) * 64
+
+
 def dispatch_loop(x_NC, experts_NK, gates_NK, w_up, w_down, kind, capacity):
     """Sort by expert, then a Python loop over experts (not tokens): each expert's FFN on its contiguous rows
-    with plain matmuls. Exact sizes, no padding; needs the loads on the host (one sync)."""
+    with plain matmuls. Exact sizes (zero rows appended up to bucket() where few_shapes()); needs the loads on the
+    host (one sync)."""
     E, K = w_up.size(0), experts_NK.size(1)
     order_S, load_E, _, keep_S = sort_slots(experts_NK, E, capacity)
     x_SC = x_NC.index_select(0, order_S // K)
+    pad = few_shapes(x_SC)
+    y = []
     # unbind, not w[e]: the backward of unbind is one stack, that of w[e] a zero-filled copy of w per expert
-    y_SC = torch.cat([expert_ffn(F.linear, x_e, up_e, down_e, kind) for x_e, up_e, down_e in
-                      zip(x_SC.split(load_E.tolist()), w_up.unbind(0), w_down.unbind(0))])
-    return combine(y_SC, order_S, gates_NK, keep_S)
+    for x_e, up_e, down_e in zip(x_SC.split(load_E.tolist()), w_up.unbind(0), w_down.unbind(0)):
+        n = x_e.size(0)
+        if pad and n:
+            x_e = F.pad(x_e, (0, 0, 0, bucket(n) - n))
+        y.append(expert_ffn(F.linear, x_e, up_e, down_e, kind)[:n])
+    return combine(torch.cat(y), order_S, gates_NK, keep_S)
 
 
 def dispatch_batched(x_NC, experts_NK, gates_NK, w_up, w_down, kind, capacity):

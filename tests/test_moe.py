@@ -392,10 +392,31 @@ def test_moe_gpt_learns_a_batch():
 def test_auto_dispatch_choice():
     assert moe.resolve_dispatch("auto", torch.device("cuda"), torch.bfloat16) == "grouped"
     assert moe.resolve_dispatch("auto", torch.device("cuda"), torch.float32) == "batched"
-    assert moe.resolve_dispatch("auto", torch.device("cpu"), torch.bfloat16) == "batched"
+    assert moe.resolve_dispatch("auto", torch.device("cpu"), torch.bfloat16) == "loop"
     assert moe.resolve_dispatch("auto", torch.device("cpu"), torch.float32) == "loop"
     with pytest.raises(ValueError, match="batched"):
         moe.resolve_dispatch("grouped", torch.device("cpu"), torch.float64)
+
+
+def test_bucketed_rows_of_the_loop_path(monkeypatch):
+    """On CPU in bf16 the loop path appends zero rows up to bucket(n) (oneDNN compiles a kernel per new row count);
+    the appended rows change nothing, in values or gradients."""
+    assert [moe.bucket(n) for n in (1, 2, 3, 5, 33, 64, 65, 128, 129, 700)] == [1, 2, 4, 8, 64, 64, 128, 128, 192, 704]
+    g = torch.Generator().manual_seed(0)
+    N, C, E, K, H = 150, 16, 4, 2, 8
+    x = torch.randn(N, C, generator=g, dtype=torch.bfloat16, requires_grad=True)
+    w_up = torch.randn(E, 2 * H, C, generator=g, dtype=torch.bfloat16, requires_grad=True)
+    w_down = torch.randn(E, C, H, generator=g, dtype=torch.bfloat16, requires_grad=True)
+    experts = torch.stack([torch.randperm(E, generator=g)[:K] for _ in range(N)])
+    gates = torch.rand(N, K, generator=g)
+    probe = torch.randn(N, C, generator=g)
+    results = []
+    for pad in (True, False):
+        monkeypatch.setattr(moe, "few_shapes", lambda t, pad=pad: pad)
+        y = moe.dispatch_loop(x, experts, gates, w_up, w_down, "swiglu", 0)
+        results.append([y, *torch.autograd.grad((y.float() * probe).sum(), (x, w_up, w_down))])
+    for a, b in zip(*results):
+        torch.testing.assert_close(a, b, atol=0.0, rtol=1e-2)
 
 
 def test_bf16_autocast_paths_agree():
