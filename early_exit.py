@@ -715,7 +715,7 @@ def plot_exits(results, path):
                 ax.plot([100 * p[key] for p in front], [p["ppl"] for p in front], styles[j % 4], color=color,
                         marker=markers[j % 6], ms=2.5, label=label)
             color = "k" if one_model else f"C{i}"
-            ax.plot([0], [r["full_ppl"]], "*", color=color, ms=9)  # the plain full-depth forward
+            ax.plot([0], [r["full_ppl"]], "*", color=color, ms=9, clip_on=False, zorder=5)  # the plain full forward
         ax.set_yscale("log")
         ax.set_xlim(0, None)
         ax.set_xlabel(f"FLOPs saved (%): {title}")

@@ -2,13 +2,15 @@
 # config/sweeps/early_exit_cpu.py's models): the LoopMoE model and its Loop Base + IterAdaLN ablation (Chen et al.
 # 2026, arXiv:2606.04438: routing dynamics, IterAdaLN statistics, active parameters) and a LoopFormer 2x4 with its
 # plain-loop twin (Jeddi et al. 2026, arXiv:2602.11451: representation metrics), each trained 4x (LoopMoE) or ~2.7x
-# (LoopFormer) longer than its preset. About 30 minutes of one core in all.
+# (LoopFormer) longer than its preset. About 45 minutes of one core in all.
 #     python scaling.py sweep config/sweeps/analysis_cpu.py
 #     python analyze.py iteradaln --ckpt=out/sweeps/analysis_cpu/iteradaln --out_dir=out/analysis
 name = "analysis_cpu"
 archs = {
     "loopmoe": dict(configs=["config/loopmoe_cpu.py"], overrides=dict(max_iters=1200)),
     "iteradaln": dict(configs=["config/loopmoe_iteradaln_cpu.py"], overrides=dict(max_iters=1200)),
+    # four iterations, as the paper's routing-dynamics figure (entry / recurrent core / exit phases need K >= 3)
+    "loopmoe_k4": dict(configs=["config/loopmoe_cpu.py"], overrides=dict(max_iters=1200, n_loop=4)),
     "loopformer": dict(configs=["config/loopformer_cpu.py"], overrides=dict(max_iters=800)),
     "plain_loop": dict(configs=["config/loopformer_cpu.py"],
                        overrides=dict(max_iters=800, loop_cond="none", elastic="none")),
