@@ -315,7 +315,9 @@ def dispatch_loop(x_NC, experts_NK, gates_NK, w_up, w_down, kind, capacity):
     # unbind, not w[e]: the backward of unbind is one stack, that of w[e] a zero-filled copy of w per expert
     for x_e, up_e, down_e in zip(x_SC.split(load_E.tolist()), w_up.unbind(0), w_down.unbind(0)):
         n = x_e.size(0)
-        if pad and n:
+        if n == 0:  # an idle expert (most of them when decoding one token): no rows, no matmuls
+            continue
+        if pad:
             x_e = F.pad(x_e, (0, 0, 0, bucket(n) - n))
         y.append(expert_ffn(F.linear, x_e, up_e, down_e, kind)[:n])
     return combine(torch.cat(y), order_S, gates_NK, keep_S)
