@@ -397,16 +397,23 @@ def loop_layers(records):
     return {layer: sorted(v) for layer, v in sorted(loops.items()) if len(v) > 1}
 
 
+def looped_routing(name, model, batches):
+    """The routing records of a model and {physical layer: sorted loop indices} of its MoE layers that run on more
+    than one pass; an error naming the model when it has none (these analyses need a looped MoE)."""
+    recs = routing_records(model, batches)
+    layers = loop_layers(recs)
+    if not layers:
+        raise ValueError(f"{name}: no MoE layer runs on more than one pass (this analysis needs a looped MoE)")
+    return recs, layers
+
+
 def run_routing(cfg, model_cfg):
     """Per physical layer, the share of tokens whose top-k expert sets on two passes are identical, partially
     overlapping or disjoint; every pair of passes, pass 1 vs 2 plotted as in Lee et al.'s routing figure."""
     models, batches = models_and_prompts(cfg, model_cfg)
     result = {}
     for name, model, _ in models:
-        recs = routing_records(model, batches)
-        layers = loop_layers(recs)
-        if not layers:
-            raise ValueError(f"{name}: no MoE layer runs on more than one pass (routing divergence needs a looped MoE)")
+        recs, layers = looped_routing(name, model, batches)
         result[name] = {str(layer): {f"{a}-{b}": overlap_categories(recs[(layer, a)]["experts"],
                                                                     recs[(layer, b)]["experts"])
                                      for i, a in enumerate(loops) for b in loops[i + 1:]}
@@ -439,15 +446,13 @@ def run_routing_dynamics(cfg, model_cfg):
     models, batches = models_and_prompts(cfg, model_cfg)
     result = {}
     for name, model, _ in models:
-        recs = routing_records(model, batches)
+        recs, layers = looped_routing(name, model, batches)
         per_layer = {}
-        for layer, loops in loop_layers(recs).items():
+        for layer, loops in layers.items():
             r = [recs[(layer, k)] for k in loops]
             per_layer[str(layer)] = dict(
                 cosine=[[mean_cosine(a["router_input"], b["router_input"]) for b in r] for a in r],
                 jaccard=[[expert_jaccard(a["experts"], b["experts"]) for b in r] for a in r])
-        if not per_layer:
-            raise ValueError(f"{name}: no MoE layer runs on more than one pass")
         sizes = {len(v["cosine"]) for v in per_layer.values()}
         mean = {m: np.mean([v[m] for v in per_layer.values()], 0).tolist() for m in ("cosine", "jaccard")} \
             if len(sizes) == 1 else None
@@ -533,10 +538,7 @@ def run_active_params(cfg, model_cfg):
     models, batches = models_and_prompts(cfg, model_cfg)
     result = {}
     for name, model, _ in models:
-        recs = routing_records(model, batches)
-        layers = loop_layers(recs)
-        if not layers:
-            raise ValueError(f"{name}: no MoE layer runs on more than one pass")
+        recs, layers = looped_routing(name, model, batches)
         uniq = {str(layer): unique_experts([recs[(layer, k)]["experts"] for k in loops], model.config.n_expert)
                 for layer, loops in layers.items()}
         mean_uniq = np.mean(list(uniq.values()), 0)
