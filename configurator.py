@@ -3,7 +3,10 @@ The one config parser every script uses (nanoGPT lineage, made strict).
 
     python train.py config/looped.py --n_loop=4 --lr=3e-3
 
-1. Each bare argument is a config file: plain Python, exec'd; every name it assigns must be a known key.
+1. Each bare argument is a config file: plain Python, exec'd; every name it assigns must be a known key (names
+   starting with _ and imported modules are the file's own). A config can build on another one beside it:
+       import os
+       exec(open(os.path.join(os.path.dirname(__file__), "base.py")).read())  # then assign what differs
 2. Each --key=value overrides one key. Values are parsed with ast.literal_eval (so 3e-3, True, None, (1, 2)
    work) and fall back to a plain string ("--init_from=resume").
 3. Keys are the calling script's defaults plus the fields of the model config dataclass (GPTConfig). An unknown
@@ -18,6 +21,7 @@ import ast
 import dataclasses
 import difflib
 import inspect
+import os
 import re
 import sys
 
@@ -127,7 +131,7 @@ def configure(defaults, model_cls=None, argv=None, doc_source=None):
                 code = open(arg).read()
             except OSError as e:
                 raise ConfigError(f"config error: cannot read config file '{arg}': {e.strerror}")
-            namespace = {}
+            namespace = {"__file__": os.path.abspath(arg)}  # a config may exec a file beside it, then change keys
             exec(compile(code, arg, "exec"), namespace)
             for key, value in namespace.items():
                 if key.startswith("_") or inspect.ismodule(value) or callable(value):

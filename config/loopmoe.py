@@ -6,44 +6,12 @@
 # matching): stored params 3059.002M, per-token params 898.996M, rho 0.461 (Vanilla rho* 0.462) at 22.33 unique
 # routed experts per token over the 4 iterations (independent-routing estimate E(1-(1-k/E)^K), an upper bound
 # [inferred]; measure it with moe.unique_experts_per_token on a trained Loop Base and rerun moe.rebalance).
+import os
+
+# the rung below, then what this rung changes
+exec(open(os.path.join(os.path.dirname(__file__), "loopmoe_iteradaln.py")).read())
 _unique_experts = 22.327  # the u that rebalance used (a private name: not a config key)
-n_prelude = 2
-n_layer = 2
-n_loop = 4
-n_coda = 2
-injection = 'none'
-loop_cond = 'iteradaln'
-sandwich_norm = True
-norm_gain = True
-n_embd = 2048
-head_dim = 128  # content (non-rotary) dims per head
-n_head = 16
-attn = 'mla'
 q_lora_rank = 1696
 kv_lora_rank = 848
-rope_head_dim = 64
-v_head_dim = 128
 n_expert = 157
-top_k = 6  # the paper's k = 6
-n_shared_expert = 1  # not stated [inferred: DeepSeek-V3 uses 1]
 moe_d_ff = 504  # hidden size of one expert
-moe_first_dense = 1  # the first post-embedding layer is dense
-d_ff = 4480  # that dense layer: (top_k + shared) x 640-wide experts' FLOPs
-moe_router = 'sigmoid'
-moe_bias_rate = 0.001  # DeepSeek-V3's gamma
-moe_seq_coef = 0.0001  # DeepSeek-V3's sequence-wise balance loss
-moe_lb_coef = 0.0
-moe_z_coef = 0.0
-mlp = 'swiglu'
-mup = False
-block_size = 2048  # [inferred]
-vocab_size = 100278  # OLMo 3 tokenizer, for accounting; train.py takes the data's vocabulary
-optimizer = 'adamw'
-lr = 0.0003  # [inferred]
-schedule = 'cosine'
-warmup_iters = 2000  # [inferred]
-min_lr_frac = 0.1  # [inferred]
-beta1 = 0.9
-beta2 = 0.95
-weight_decay = 0.1
-wd_independent = False

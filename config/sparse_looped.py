@@ -2,16 +2,9 @@
 # its stack halved and looped; no input injection, prelude or coda. N_active, and so the tokens a budget buys,
 # equal Base's at the same width; stored parameters are halved.
 # Loop-depth variants: --n_layer=4 --n_loop=4 and --n_layer=2 --n_loop=8 (the paper runs them at d=704).
+import os
+
+# Base's settings, then what looping changes
+exec(open(os.path.join(os.path.dirname(__file__), "sparse_base.py")).read())
 n_layer = 8
 n_loop = 2
-n_embd = 512  # width d; the paper's widths are 128, 256, ..., 1024 (and 704 between them)
-head_dim = 64  # heads of 64: n_head = d/64
-mlp = "swiglu"
-d_ff = 0  # 0 = 64*ceil(8d/3/64), the paper's d_ff
-vocab_size = 50257  # GPT-2 tokenizer
-tie_embeddings = False
-norm_gain = False  # pre-RMSNorm without learnable gains
-pos_emb = "rope"
-mup = True  # muP with d_base = 128
-mup_base_width = 128
-block_size = 1024  # the paper does not state its context length [inferred]

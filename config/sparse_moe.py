@@ -1,16 +1,8 @@
 # MoE: 16 unique layers whose FFNs are token-choice top-2 of 8 SwiGLU experts with hidden size d_ff/top_k, so the
 # active FFN parameters equal the dense FFN's (Lee et al. 2026, arXiv:2605.09165, §2.2).
-n_layer = 16
+import os
+
+# Base's settings, then the experts
+exec(open(os.path.join(os.path.dirname(__file__), "sparse_base.py")).read())
 n_expert = 8
 top_k = 2
-n_embd = 512  # width d; the paper's widths are 128, 256, ..., 1024 (and 704 between them)
-head_dim = 64  # heads of 64: n_head = d/64
-mlp = "swiglu"
-d_ff = 0  # 0 = 64*ceil(8d/3/64), the paper's d_ff
-vocab_size = 50257  # GPT-2 tokenizer
-tie_embeddings = False
-norm_gain = False  # pre-RMSNorm without learnable gains
-pos_emb = "rope"
-mup = True  # muP with d_base = 128
-mup_base_width = 128
-block_size = 1024  # the paper does not state its context length [inferred]

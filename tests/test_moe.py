@@ -598,8 +598,9 @@ LADDER = ["loopmoe_vanilla", "loopmoe_loop_base", "loopmoe_iteradaln", "loopmoe"
 
 def load_preset(name):
     """(GPTConfig from the preset's model keys, the whole namespace of the file)."""
-    namespace = {}
-    exec(open(os.path.join(CONFIG_DIR, name + ".py")).read(), namespace)
+    path = os.path.join(CONFIG_DIR, name + ".py")
+    namespace = {"__file__": path}  # as configurator.py gives it (a rung execs the rung below)
+    exec(open(path).read(), namespace)
     fields = GPTConfig.__dataclass_fields__
     return GPTConfig(**{k: v for k, v in namespace.items() if k in fields}), namespace
 

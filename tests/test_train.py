@@ -113,6 +113,17 @@ def test_config_errors_name_the_closest_key(tmp_path):
     assert cfg["lr"] == 5e-3 and mcfg.n_embd == 64 and mcfg.mup is True and cfg["batch_size"] == 8
 
 
+def test_config_builds_on_a_file_beside_it(tmp_path, monkeypatch):
+    """A config file sees its own path as __file__, so it can exec a base file next to it from any working
+    directory (the LoopMoE ladder presets are built that way), then change some keys."""
+    (tmp_path / "base.py").write_text("n_embd = 64\nn_layer = 3\nlr = 2e-3\n")
+    (tmp_path / "rung.py").write_text('import os\nexec(open(os.path.join(os.path.dirname(__file__), "base.py")).read())'
+                                      "\nn_layer = 5\n")
+    monkeypatch.chdir(REPO)  # not the configs' folder
+    cfg, mcfg = configure({"lr": 1e-3}, GPTConfig, [str(tmp_path / "rung.py")])
+    assert (mcfg.n_embd, mcfg.n_layer, cfg["lr"]) == (64, 5, 2e-3)
+
+
 def test_help_lists_keys_with_descriptions():
     out = subprocess.run([sys.executable, "train.py", "--help"], cwd=REPO, capture_output=True, text=True)
     assert out.returncode == 0
