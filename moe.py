@@ -41,8 +41,9 @@ combine the gated outputs per token; none loops over tokens.
   row buckets), batched 1.45-1.74, grouped 2.73. The rest of the bf16 gap (profiled: +0.41 s on 1.34 s) is
   a quarter matmuls (padding, 24 small calls a layer instead of 3), a quarter autocast's bf16 copies of all E
   experts' weights and of their gradients, and the rest zero-fills, the concatenation and AdamW over 4x the
-  dense FFN's parameters: costs per stored parameter that fast bf16 matmuls no longer hide. grouped_mm's CPU kernel is slow here (no bf16 matrix
-  units; with 2 threads it slows down sharply). Re-check with bench_moe.py on a quiet machine.
+  dense FFN's parameters: costs per stored parameter that fast bf16 matmuls no longer hide. grouped_mm's CPU
+  kernel is slow here (no bf16 matrix units; with 2 threads it slows down sharply). Re-check with bench_moe.py
+  on a quiet machine.
 A capacity factor (off by default) drops the slots beyond an expert's capacity in slot order (earlier tokens
 first); grouped and loop still compute the dropped rows (gate 0) to keep their shapes simple. A float64
 per-token reference lives only in tests/test_moe.py; every path matches it (values and gradients).
