@@ -411,6 +411,7 @@ def main(argv=None):
                 out = raw_model.generate(prompt, n, temperature=0.8, top_k=50, generator=g)
             say("sample:\n" + tok.decode(out[0].tolist()))
     if ddp:
+        dist.barrier()  # tear down together: a rank that leaves while the other still works can abort in gloo
         dist.destroy_process_group()
 
 
