@@ -2,7 +2,7 @@
 # config/sweeps/early_exit_cpu.py's models): the LoopMoE model and its Loop Base + IterAdaLN ablation (Chen et al.
 # 2026, arXiv:2606.04438: routing dynamics, IterAdaLN statistics, active parameters) and a LoopFormer 2x4 with its
 # plain-loop twin (Jeddi et al. 2026, arXiv:2602.11451: representation metrics), each trained 4x (LoopMoE) or ~2.7x
-# (LoopFormer) longer than its preset. About 45 minutes of one core in all.
+# (LoopFormer) longer than its preset. About an hour of one core in all (75 minutes on a busy machine).
 #     python scaling.py sweep config/sweeps/analysis_cpu.py
 #     python analyze.py iteradaln --ckpt=out/sweeps/analysis_cpu/iteradaln --out_dir=out/analysis
 name = "analysis_cpu"
