@@ -1,5 +1,5 @@
-# CPU-scale checkpoints for Lee et al.'s early-exit table (arXiv:2605.09165, early-exit perplexity table): the paper's six models
-# at 16 effective layers (Base 16, MoE 16, Looped 8x2, Looped-MoE 8x2, 4x4, 2x8; top-2 of 8 experts), width 128,
+# CPU-scale checkpoints for Lee et al.'s early-exit perplexity table (arXiv:2605.09165): the paper's six models at
+# 16 effective layers (Base 16, MoE 16, Looped 8x2, Looped-MoE 8x2, 4x4, 2x8; top-2 of 8 experts), width 128,
 # byte-level tokenizer on the offline corpus, 400 steps of 4,096 tokens each (1.6M tokens; the paper: compute-optimal
 # 1e18-FLOP models). About 40 minutes on 2 cores (two runs at once, one thread each; 74 on a busy machine). Then:
 #     python scaling.py sweep config/sweeps/early_exit_cpu.py --parallel=2
