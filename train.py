@@ -59,7 +59,7 @@ beta1 = 0.9  # AdamW beta1
 beta2 = 0.999  # AdamW beta2
 adam_eps = 1e-8  # AdamW epsilon (before per-group scaling)
 weight_decay = 1e-4  # weight decay on matrices
-wd_independent = True  # True: theta <- theta*(1 - wd) each step whatever the LR (Lee et al.); False: torch AdamW's lr*wd
+wd_independent = True  # True: theta <- theta*(1 - wd*s_t), s_t = lr_t/lr (Lee et al.); False: torch AdamW's lr_t*wd
 grad_clip = 1.0  # clip the global gradient norm (0 = off)
 # system
 device = "auto"  # auto | cpu | cuda | cuda:N
@@ -119,12 +119,14 @@ def set_lr(optimizer, lr):
 
 
 @torch.no_grad()
-def decay_weights(optimizer, wd):
-    """Independent weight decay (Lee et al. 2026, arXiv:2605.09165, §3): theta <- theta*(1 - wd), not scaled by
-    the LR as torch's AdamW does. Applied before the Adam update, like AdamW's own decay."""
+def decay_weights(optimizer, wd, schedule=1.0):
+    """Independent weight decay (Lee et al. 2026, arXiv:2605.09165, §3; the term is Wortsman et al. 2023,
+    arXiv:2309.14322, §3.2.2): theta <- theta*(1 - wd*s_t), where s_t = lr_t/lr_peak is the schedule's multiplier.
+    Decoupled from the peak LR (torch's AdamW multiplies by lr_t = lr_peak*s_t), but it still warms up and cools
+    down with the schedule. Applied before the Adam update, like AdamW's own decay."""
     for g in optimizer.param_groups:
         if g["decay"]:
-            torch._foreach_mul_(g["params"], 1.0 - wd)
+            torch._foreach_mul_(g["params"], 1.0 - wd * schedule)
 
 
 def save_checkpoint(path, state):
@@ -339,7 +341,8 @@ def main(argv=None):
         if last:
             break
 
-        lr = cfg["lr"] * lr_multiplier(step, max_steps, cfg)
+        schedule = lr_multiplier(step, max_steps, cfg)
+        lr = cfg["lr"] * schedule
         set_lr(optimizer, lr)
         loss_sum = torch.zeros((), device=device)
         aux_sums = {}
@@ -360,7 +363,7 @@ def main(argv=None):
         if cfg["grad_clip"] > 0:
             grad_norm = torch.nn.utils.clip_grad_norm_(raw_model.parameters(), cfg["grad_clip"])
         if cfg["wd_independent"] and cfg["weight_decay"] > 0:
-            decay_weights(optimizer, cfg["weight_decay"])
+            decay_weights(optimizer, cfg["weight_decay"], schedule)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         raw_model.after_optimizer_step(world_size)

@@ -80,6 +80,24 @@ def test_independent_weight_decay_is_exactly_lambda_per_step_at_any_lr(lr):
         torch.testing.assert_close(p.detach(), before[n] * 0.99 ** 3, rtol=1e-6, atol=0)
 
 
+def test_independent_weight_decay_follows_the_schedule(data_dir, tmp_path):
+    """Wortsman et al. 2023 (arXiv:2309.14322): independent decay is decoupled from the peak LR, not from the
+    schedule. With lr=0 Adam moves nothing, so after training each matrix is its init times prod_t (1 - wd*s_t):
+    warm-up and cool-down decay less than the plateau (a constant 1 - wd per step fails this)."""
+    out, wd, steps = str(tmp_path / "wd"), 0.05, 12
+    cfg = dict(warmup_iters=4, schedule="wsd_linear", decay_frac=0.5, min_lr_frac=0.0)
+    train.main(TINY + data_dir + [f"--out_dir={out}", f"--max_iters={steps}", f"--eval_interval={steps}",
+                                  "--lr=0.0", f"--weight_decay={wd}", "--grad_clip=0"]
+               + [f"--{k}={v}" for k, v in cfg.items()])
+    factor = math.prod(1 - wd * train.lr_multiplier(t, steps, cfg) for t in range(steps))
+    assert factor > (1 - wd) ** steps * 1.2  # the schedule matters at this size
+    final, _ = load_model(out)
+    init, _ = load_model(out)
+    init.init_weights(1337)  # train.py's default seed
+    matrix = "blocks.0.attn.c_q.weight"
+    torch.testing.assert_close(final.state_dict()[matrix], init.state_dict()[matrix] * factor, rtol=1e-5, atol=0)
+
+
 def test_coupled_weight_decay_is_torch_adamw():
     model = GPT(GPTConfig(vocab_size=50, n_layer=1, n_embd=32, head_dim=16)).init_weights(0)
     cfg = dict(weight_decay=0.1, wd_independent=False, adam_eps=1e-8, lr=0.5, optimizer="adamw", beta1=0.9,
@@ -127,7 +145,7 @@ def test_config_builds_on_a_file_beside_it(tmp_path, monkeypatch):
 def test_help_lists_keys_with_descriptions():
     out = subprocess.run([sys.executable, "train.py", "--help"], cwd=REPO, capture_output=True, text=True)
     assert out.returncode == 0
-    assert "--wd_independent" in out.stdout and "theta <- theta*(1 - wd)" in out.stdout
+    assert "--wd_independent" in out.stdout and "theta <- theta*(1 - wd*s_t)" in out.stdout
     assert "--n_embd" in out.stdout and "model width" in out.stdout
     bad = subprocess.run([sys.executable, "train.py", "--n_embed=64"], cwd=REPO, capture_output=True, text=True)
     assert bad.returncode != 0 and "did you mean 'n_embd'" in bad.stderr
