@@ -1,5 +1,5 @@
 """Tests of analyze.py: every metric on inputs with a known answer, the Theorem-1 model, and each subcommand on a
-tiny random checkpoint (skipped, with the reason, only while loop.py / moe.py lack what it needs)."""
+tiny random checkpoint."""
 import json
 import math
 import os
@@ -154,14 +154,6 @@ def run(name, tmp_path, *args):
         return json.load(f)["result"]
 
 
-def needs(what, fn):
-    """Skip while loop.py / moe.py do not provide what the analysis needs yet."""
-    try:
-        return fn()
-    except NotImplementedError as e:
-        pytest.skip(f"{what} missing: {e}")
-
-
 @pytest.fixture(scope="module")
 def plain_ckpt(tmp_path_factory):
     return tiny_checkpoint(tmp_path_factory.mktemp("plain"))
@@ -169,13 +161,12 @@ def plain_ckpt(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def looped_ckpt(tmp_path_factory):
-    return needs("LoopedGPT", lambda: tiny_checkpoint(tmp_path_factory.mktemp("looped"), n_loop=3))
+    return tiny_checkpoint(tmp_path_factory.mktemp("looped"), n_loop=3)
 
 
 @pytest.fixture(scope="module")
 def looped_moe_ckpt(tmp_path_factory):
-    return needs("MoE layers in a LoopedGPT", lambda: tiny_checkpoint(
-        tmp_path_factory.mktemp("lmoe"), n_loop=3, n_expert=4, top_k=2))
+    return tiny_checkpoint(tmp_path_factory.mktemp("lmoe"), n_loop=3, n_expert=4, top_k=2)
 
 
 def test_jsd_subcommand(tmp_path, plain_ckpt):
@@ -281,5 +272,5 @@ def test_bad_input_messages(tmp_path, plain_ckpt):
         analyze.main(["jsd", "--ckpt_dir=x"])
     with pytest.raises(FileNotFoundError, match="no checkpoint"):
         analyze.main(["jsd", f"--ckpt={tmp_path}/missing", f"--out_dir={tmp_path}"])
-    with pytest.raises(ValueError, match="no MoE layers|more than one pass"):
-        needs("moe.record_routing", lambda: analyze.main(["routing", f"--ckpt={plain_ckpt}", f"--out_dir={tmp_path}"]))
+    with pytest.raises(ValueError, match=r"has no MoE layers \(set n_expert > 0\)"):
+        analyze.main(["routing", f"--ckpt={plain_ckpt}", f"--out_dir={tmp_path}"])
