@@ -61,6 +61,7 @@ class GPTConfig:
     n_coda: int = 0  # unshared layers after the loop
     injection: str = "none"  # how the prelude output e enters each pass: none (u = h; "passthrough") | linear (u = W[e||h], W = [I|0] at init) | additive (u = h + e, h0 = 0)
     hc_lanes: int = 0  # hyper-connection lanes mixed at loop boundaries (Schwethelm et al.: 2); 0 = off; needs injection=none
+    hc_pool: str = "mean"  # the state the coda reads from the hyper-connection lanes: mean (reproduces Schwethelm et al.'s App. G.1 reduction to the plain loop at init) | sum (the paper's wording)
     loop_norm: bool = False  # RMSNorm after the embedding and at the end of every pass (Schwethelm et al.)
     bptt_loops: int = 0  # truncated BPTT: gradients through only the last k passes (Schwethelm et al.: ceil(n_loop/2)); 0 = all
     residual_scaling: str = "none"  # multiplier on each branch of the shared blocks: none 1 | sqrt n_loop^-1/2 | linear 1/n_loop | factorized lambda/n_loop*(n_layer/L_ref)^-1/2, with its LR/eps rule

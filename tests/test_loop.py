@@ -66,13 +66,14 @@ def hand_forward(m, idx, detach_before=0, res_scale=1.0):
             u = h + e
         else:
             u = h
+        u_in = u
         for j in range(K):
             u = m.blocks[P + j](u, rope, res_scale=res_scale)[0]
         s = m.norm_loop(u) if cfg.loop_norm else u
-        if cfg.hc_lanes:  # l_{i+1} = M_i l_i + beta_i s_i; the coda reads sum_k l_k
-            lanes = [sum(m.hc.mix[i, j, k] * lanes[k] for k in range(cfg.hc_lanes)) + m.hc.beta[i, j] * s
+        if cfg.hc_lanes:  # l_{i+1} = M_i l_i + beta_i (s_i - u_i) (our reading); the coda reads the pooled lanes
+            lanes = [sum(m.hc.mix[i, j, k] * lanes[k] for k in range(cfg.hc_lanes)) + m.hc.beta[i, j] * (s - u_in)
                      for j in range(cfg.hc_lanes)]
-            h = sum(lanes)
+            h = sum(lanes) / (cfg.hc_lanes if cfg.hc_pool == "mean" else 1)
         else:
             h = s
         if i < detach_before:
@@ -88,6 +89,7 @@ PLANS = {
     "prelude_coda_linear": dict(n_loop=3, n_prelude=1, n_coda=1, injection="linear", loop_norm=True, norm_gain=True),
     "additive": dict(n_loop=2, n_prelude=1, n_coda=1, injection="additive", loop_norm=True),
     "hyper_connections": dict(n_loop=3, n_prelude=1, n_coda=1, hc_lanes=2, loop_norm=True),
+    "hyper_connections_sum": dict(n_loop=3, n_prelude=1, n_coda=1, hc_lanes=3, hc_pool="sum"),
 }
 
 
@@ -265,6 +267,37 @@ def test_hyper_connection_update_matches_the_equations():
     assert hc.read(lanes, 1).tolist() == [[[-9.0, -18.0]]]
     # l'_0 = 1*l0 + 2*l1 + 0.5 s = (71, 142); l'_1 = 3*l0 + 4*l1 - 2 s = (-157, -314)
     assert hc.write(lanes, s, 1).tolist() == [[[[71.0, 142.0]]], [[[-157.0, -314.0]]]]
+
+
+@pytest.mark.parametrize("loop_norm", [True, False])
+def test_hyper_connections_at_cyclic_init_reduce_to_the_passthrough_loop(loop_norm):
+    """Schwethelm et al. 2026, arXiv:2604.21106, App. G.1: at the cyclic init the model is the plain loop. With the
+    same weights, every lane equals the passthrough state at every loop boundary, and with hc_pool='mean' the
+    logits match; the paper's sum feeds the pre-norm coda twice that state, so its logits differ."""
+    kw = dict(n_loop=3, n_prelude=1, n_coda=1, loop_norm=loop_norm)
+    idx = tokens()
+    for pool in ("mean", "sum"):
+        m = make(**kw, hc_lanes=2, hc_pool=pool).eval()
+        plain = LoopedGPT(tiny(**kw)).eval()
+        unexpected = plain.load_state_dict(m.state_dict(), strict=False).unexpected_keys
+        assert sorted(unexpected) == ["hc.alpha", "hc.beta", "hc.mix"]
+        lanes_seen, write = [], m.hc.write
+        m.hc.write = lambda lanes, s, i: lanes_seen.append(write(lanes, s, i)) or lanes_seen[-1]
+        with torch.no_grad():
+            ref = [h for label, h in plain.states(idx) if label.boundary]
+            pooled = [h for label, h in m.states(idx) if label.boundary]
+            del m.hc.write  # stop recording
+            logits, ref_logits = m(idx)[0], plain(idx)[0]
+        assert len(lanes_seen) == len(ref) == 3
+        for lanes, h in zip(lanes_seen, ref):
+            for lane in lanes:
+                torch.testing.assert_close(lane, h, rtol=0, atol=1e-5)
+        for h_pool, h in zip(pooled, ref):
+            torch.testing.assert_close(h_pool, h * (1 if pool == "mean" else 2), rtol=0, atol=1e-5)
+        if pool == "mean":
+            torch.testing.assert_close(logits, ref_logits, rtol=0, atol=1e-5)
+        else:
+            assert (logits - ref_logits).abs().max() > 1e-3
 
 
 # -----------------------------------------------------------------------------------------------------------------
@@ -515,6 +548,8 @@ def test_build_model_and_clear_errors():
         build_model(tiny(n_loop=2, injection="concat"))
     with pytest.raises(ValueError, match="injection='none'"):
         build_model(tiny(n_loop=2, injection="linear", hc_lanes=2))
+    with pytest.raises(ValueError, match="hc_pool must be one of mean | sum"):
+        build_model(tiny(n_loop=2, hc_lanes=2, hc_pool="max"))
     with pytest.raises(ValueError, match="loop_cond='loopformer'"):
         build_model(tiny(n_loop=2, elastic="shortcut"))
     with pytest.raises(ValueError, match="bptt_loops"):
