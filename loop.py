@@ -267,12 +267,14 @@ def depth_lr_factor(cfg):
 # trajectories (Jeddi et al. 2026, arXiv:2602.11451, §3.3)
 
 
-def sample_trajectory(n_loop, rng, kind="greedy"):
+def sample_trajectory(n_loop, rng, kind="uniform"):
     """A shortcut trajectory for a model trained with n_loop (= L) passes: S ~ U{1..L-1} steps whose sizes are
     multiples of 1/L summing to 1, returned as integer units (Delta_i = units_i / L).
+    uniform (the paper, Jeddi et al. 2026, arXiv:2602.11451, §3.3: "first sample a shortcut length S ~ U{1,...,L-1},
+            then uniformly draw the discrete step schedule"): given S, uniform over the C(L-1, S-1) compositions of
+            L into S parts (S-1 distinct cut points out of the L-1 inner ones).
     greedy  (the released code's sampler): each of the first S-1 steps is uniform over the sizes that still leave
-            one unit for every later step; the last step takes the rest.
-    uniform (the paper's prose, "uniformly draw the schedule"): uniform over the compositions of L into S parts."""
+            one unit for every later step; the last step takes the rest (favours a large first step)."""
     L = n_loop
     S = int(rng.integers(1, L))  # 1..L-1
     if kind == "uniform":

@@ -73,7 +73,7 @@ class GPTConfig:
     shortcut_weight: float = 0.1  # lambda_1: weight of the shortcut (or early-exit) cross-entropy
     consistency_weight: float = 0.1  # lambda_2: weight of the consistency MSE
     consistency_on: str = "hidden"  # consistency target: hidden (final-normed state; LoopFormer's Algorithm 1 and code) | logits (its prose)
-    trajectory_sampler: str = "greedy"  # shortcut trajectories: greedy (LoopFormer's released code) | uniform (over compositions)
+    trajectory_sampler: str = "uniform"  # LoopFormer shortcut trajectories: uniform (the paper: S ~ U{1..L-1}, then uniform over the compositions of L into S steps) | greedy (the released code)
     # ---- mixture of experts (moe.py) ----
     n_expert: int = 0  # routed experts per MoE layer; 0 = dense FFN everywhere
     top_k: int = 2  # experts each token is routed to
