@@ -38,7 +38,7 @@ import torch.nn.functional as F
 from model import GPT, GPTConfig, Label, RMSNorm, add_aux
 
 # the GPTConfig fields of the "looping" section; a config that leaves all of them at their defaults is plain
-LOOP_FIELDS = ("n_loop", "n_prelude", "n_coda", "injection", "hc_lanes", "loop_norm", "bptt_loops",
+LOOP_FIELDS = ("n_loop", "n_prelude", "n_coda", "injection", "hc_lanes", "hc_pool", "loop_norm", "bptt_loops",
                "residual_scaling", "residual_lambda", "residual_ref_layers", "loop_cond", "cond_init",
                "elastic", "shortcut_weight", "consistency_weight", "consistency_on", "trajectory_sampler")
 
@@ -53,7 +53,8 @@ def check_loop_config(cfg):
     def need(cond, msg):
         if not cond:
             raise ValueError(f"GPTConfig (looping): {msg}")
-    choices = dict(injection=("none", "linear", "additive"), loop_cond=("none", "index", "loopformer", "iteradaln"),
+    choices = dict(injection=("none", "linear", "additive"), hc_pool=("mean", "sum"),
+                   loop_cond=("none", "index", "loopformer", "iteradaln"),
                    residual_scaling=("none", "sqrt", "linear", "factorized"), cond_init=("zero", "normal"),
                    elastic=("none", "shortcut", "early_exit", "random_depth"), consistency_on=("hidden", "logits"),
                    trajectory_sampler=("greedy", "uniform"))
@@ -206,13 +207,18 @@ class HyperConnections(nn.Module):
     """K parallel lanes l (K, B, T, C) mixed at every loop boundary (Schwethelm et al. 2026, arXiv:2604.21106,
     App. G.1, Eq. 9, after Zhu et al. 2025): u_i = alpha_i . l_i, s_i = RecurBlock(u_i), l_{i+1} = M_i l_i +
     beta_i (x) s_i, with l_0 = (e, ..., e) and per-pass alpha_i, beta_i in R^K, M_i in R^{K x K}; cyclic init
-    alpha_i = e_{i mod K}, M_i = I, beta_i = 1. The coda (and every early exit) reads the summed lanes."""
+    alpha_i = e_{i mod K}, M_i = I, beta_i = 1, "so that the first training iteration reduces to a plain looped
+    forward pass". Our reading, because that property of App. G.1 requires it: s_i is the pass's increment
+    norm_loop(RecurBlock(u_i)) - u_i, so at init every lane equals the plain (passthrough) loop's state; and the
+    coda (and every exit at a loop boundary) reads the lanes' mean (hc_pool='mean'), since a pre-norm coda is not
+    scale-invariant and the paper's "sum-pooled lanes" (hc_pool='sum') would feed it K times that state."""
 
-    def __init__(self, n_lanes, n_loop):
+    def __init__(self, n_lanes, n_loop, pool="mean"):
         super().__init__()
         self.alpha = nn.Parameter(torch.zeros(n_loop, n_lanes))
         self.mix = nn.Parameter(torch.zeros(n_loop, n_lanes, n_lanes))
         self.beta = nn.Parameter(torch.zeros(n_loop, n_lanes))
+        self.pool_kind = pool
         self.reset_special()
 
     def start(self, e):
@@ -224,6 +230,10 @@ class HyperConnections(nn.Module):
     def write(self, lanes, s, i):
         mixed = torch.einsum("jk,kbtc->jbtc", self.mix[i].to(lanes.dtype), lanes)
         return mixed + self.beta[i].to(s.dtype)[:, None, None, None] * s
+
+    def pool(self, lanes):
+        """The state the coda reads: the lanes' mean (or, hc_pool='sum', their sum)."""
+        return lanes.mean(0) if self.pool_kind == "mean" else lanes.sum(0)
 
     @torch.no_grad()
     def reset_special(self):
@@ -257,12 +267,14 @@ def depth_lr_factor(cfg):
 # trajectories (Jeddi et al. 2026, arXiv:2602.11451, §3.3)
 
 
-def sample_trajectory(n_loop, rng, kind="greedy"):
+def sample_trajectory(n_loop, rng, kind="uniform"):
     """A shortcut trajectory for a model trained with n_loop (= L) passes: S ~ U{1..L-1} steps whose sizes are
     multiples of 1/L summing to 1, returned as integer units (Delta_i = units_i / L).
+    uniform (the paper, Jeddi et al. 2026, arXiv:2602.11451, §3.3: "first sample a shortcut length S ~ U{1,...,L-1},
+            then uniformly draw the discrete step schedule"): given S, uniform over the C(L-1, S-1) compositions of
+            L into S parts (S-1 distinct cut points out of the L-1 inner ones).
     greedy  (the released code's sampler): each of the first S-1 steps is uniform over the sizes that still leave
-            one unit for every later step; the last step takes the rest.
-    uniform (the paper's prose, "uniformly draw the schedule"): uniform over the compositions of L into S parts."""
+            one unit for every later step; the last step takes the rest (favours a large first step)."""
     L = n_loop
     S = int(rng.integers(1, L))  # 1..L-1
     if kind == "uniform":
@@ -297,7 +309,7 @@ class LoopedGPT(GPT):
         self.norm_embed = RMSNorm(C, cfg.norm_eps, cfg.norm_gain) if cfg.loop_norm else None
         self.norm_loop = RMSNorm(C, cfg.norm_eps, cfg.norm_gain) if cfg.loop_norm else None
         self.inject = LinearInjection(C) if (cfg.injection == "linear" and looping) else None
-        self.hc = HyperConnections(cfg.hc_lanes, cfg.n_loop) if cfg.hc_lanes else None
+        self.hc = HyperConnections(cfg.hc_lanes, cfg.n_loop, cfg.hc_pool) if cfg.hc_lanes else None
         self.loop_embed = ScalarEmbedder(C) if cfg.loop_cond != "none" else None  # index / t / iteration k
         self.step_embed = ScalarEmbedder(C) if cfg.loop_cond == "loopformer" else None  # dt
         eps = residual_multiplier(cfg)
@@ -426,7 +438,7 @@ class LoopedGPT(GPT):
     def walk(self, x, rope, cache=None, aux=None, schedule=None):
         """Yield (Label, state) after every effective layer. x: embedded input (B, T, C). At the last layer of a
         pass (boundary=True) the state is what the coda would read: after the end-of-pass norm, and with
-        hyper-connections the summed lanes. Passes before the last bptt_loops run without a graph."""
+        hyper-connections the pooled lanes. Passes before the last bptt_loops run without a graph."""
         cfg = self.config
         aux = {} if aux is None else aux
         steps = self.resolve_schedule(schedule)
@@ -458,6 +470,7 @@ class LoopedGPT(GPT):
                     u = h + e
                 else:
                     u = h
+                u_in = u  # the pass input
             for j in range(K):
                 with frozen:
                     u = self.run_block(P + j, u, rope, cache, index, loop, c, aux)
@@ -466,9 +479,9 @@ class LoopedGPT(GPT):
                     index += 1
             with frozen:
                 s = self.norm_loop(u) if self.norm_loop is not None else u
-                if lanes is not None:
-                    lanes = self.hc.write(lanes, s, loop)
-                    h = lanes.sum(0)
+                if lanes is not None:  # the lanes take the pass's increment (HyperConnections: our reading)
+                    lanes = self.hc.write(lanes, s - u_in, loop)
+                    h = self.hc.pool(lanes)
                 else:
                     h = s
             yield Label(index, P + K - 1, loop, True, "loop"), h

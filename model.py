@@ -61,6 +61,7 @@ class GPTConfig:
     n_coda: int = 0  # unshared layers after the loop
     injection: str = "none"  # how the prelude output e enters each pass: none (u = h; "passthrough") | linear (u = W[e||h], W = [I|0] at init) | additive (u = h + e, h0 = 0)
     hc_lanes: int = 0  # hyper-connection lanes mixed at loop boundaries (Schwethelm et al.: 2); 0 = off; needs injection=none
+    hc_pool: str = "mean"  # the state the coda reads from the hyper-connection lanes: mean (reproduces Schwethelm et al.'s App. G.1 reduction to the plain loop at init) | sum (the paper's wording)
     loop_norm: bool = False  # RMSNorm after the embedding and at the end of every pass (Schwethelm et al.)
     bptt_loops: int = 0  # truncated BPTT: gradients through only the last k passes (Schwethelm et al.: ceil(n_loop/2)); 0 = all
     residual_scaling: str = "none"  # multiplier on each branch of the shared blocks: none 1 | sqrt n_loop^-1/2 | linear 1/n_loop | factorized lambda/n_loop*(n_layer/L_ref)^-1/2, with its LR/eps rule
@@ -72,7 +73,7 @@ class GPTConfig:
     shortcut_weight: float = 0.1  # lambda_1: weight of the shortcut (or early-exit) cross-entropy
     consistency_weight: float = 0.1  # lambda_2: weight of the consistency MSE
     consistency_on: str = "hidden"  # consistency target: hidden (final-normed state; LoopFormer's Algorithm 1 and code) | logits (its prose)
-    trajectory_sampler: str = "greedy"  # shortcut trajectories: greedy (LoopFormer's released code) | uniform (over compositions)
+    trajectory_sampler: str = "uniform"  # LoopFormer shortcut trajectories: uniform (the paper: S ~ U{1..L-1}, then uniform over the compositions of L into S steps) | greedy (the released code)
     # ---- mixture of experts (moe.py) ----
     n_expert: int = 0  # routed experts per MoE layer; 0 = dense FFN everywhere
     top_k: int = 2  # experts each token is routed to

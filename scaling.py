@@ -154,7 +154,8 @@ def count_params(model):
 def hyperconnection_flops(model, train=True):
     """Lane mixing of hyper-connections at loop boundaries: (K^2 + 2K) * d multiply-adds per pass and token, i.e.
     6 * n_loop * (K^2 + 2K) * d training FLOPs (Schwethelm et al. 2026, arXiv:2604.21106, App. G.1); passes without
-    backward (truncated BPTT) cost 2 instead of 6."""
+    backward (truncated BPTT) cost 2 instead of 6. As in the paper's count, the d-wide elementwise work of our reading
+    (the increment s - u per pass, the pooling of the lanes; loop.HyperConnections) is not counted."""
     cfg = model.config
     K = getattr(cfg, "hc_lanes", 0)
     if not K:

@@ -32,7 +32,7 @@ elastic = "shortcut"
 shortcut_weight = 0.1
 consistency_weight = 0.1
 consistency_on = "hidden"
-trajectory_sampler = "greedy"
+trajectory_sampler = "uniform"  # the paper's (§3.3: S ~ U{1..L-1}, then uniform over schedules); greedy = the code
 # ---- recipe ----
 optimizer = "adamw"
 lr = 6e-4

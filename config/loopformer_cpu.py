@@ -14,6 +14,7 @@ tokenizer = "byte"
 mup = False
 loop_cond = "loopformer"
 elastic = "shortcut"
+trajectory_sampler = "uniform"  # the paper's (§3.3); the README's CPU checkpoints were trained with "greedy"
 optimizer = "adamw"
 lr = 3e-3
 schedule = "cosine"

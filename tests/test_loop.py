@@ -1,12 +1,14 @@
 """Tests of loop.py: every depth plan against a hand-unrolled reference, conditioning at init, truncated BPTT,
 hyper-connections, residual multipliers measured with hooks, trajectories and elastic depth, the KV cache, compile
 once for every loop count, the elastic objectives, MuonH, the LR rules. Tiny models, CPU, a few seconds each."""
+import itertools
 import math
 import os
 import sys
 
 import numpy as np
 import pytest
+import scipy.stats
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -66,13 +68,14 @@ def hand_forward(m, idx, detach_before=0, res_scale=1.0):
             u = h + e
         else:
             u = h
+        u_in = u
         for j in range(K):
             u = m.blocks[P + j](u, rope, res_scale=res_scale)[0]
         s = m.norm_loop(u) if cfg.loop_norm else u
-        if cfg.hc_lanes:  # l_{i+1} = M_i l_i + beta_i s_i; the coda reads sum_k l_k
-            lanes = [sum(m.hc.mix[i, j, k] * lanes[k] for k in range(cfg.hc_lanes)) + m.hc.beta[i, j] * s
+        if cfg.hc_lanes:  # l_{i+1} = M_i l_i + beta_i (s_i - u_i) (our reading); the coda reads the pooled lanes
+            lanes = [sum(m.hc.mix[i, j, k] * lanes[k] for k in range(cfg.hc_lanes)) + m.hc.beta[i, j] * (s - u_in)
                      for j in range(cfg.hc_lanes)]
-            h = sum(lanes)
+            h = sum(lanes) / (cfg.hc_lanes if cfg.hc_pool == "mean" else 1)
         else:
             h = s
         if i < detach_before:
@@ -88,6 +91,7 @@ PLANS = {
     "prelude_coda_linear": dict(n_loop=3, n_prelude=1, n_coda=1, injection="linear", loop_norm=True, norm_gain=True),
     "additive": dict(n_loop=2, n_prelude=1, n_coda=1, injection="additive", loop_norm=True),
     "hyper_connections": dict(n_loop=3, n_prelude=1, n_coda=1, hc_lanes=2, loop_norm=True),
+    "hyper_connections_sum": dict(n_loop=3, n_prelude=1, n_coda=1, hc_lanes=3, hc_pool="sum"),
 }
 
 
@@ -267,6 +271,37 @@ def test_hyper_connection_update_matches_the_equations():
     assert hc.write(lanes, s, 1).tolist() == [[[[71.0, 142.0]]], [[[-157.0, -314.0]]]]
 
 
+@pytest.mark.parametrize("loop_norm", [True, False])
+def test_hyper_connections_at_cyclic_init_reduce_to_the_passthrough_loop(loop_norm):
+    """Schwethelm et al. 2026, arXiv:2604.21106, App. G.1: at the cyclic init the model is the plain loop. With the
+    same weights, every lane equals the passthrough state at every loop boundary, and with hc_pool='mean' the
+    logits match; the paper's sum feeds the pre-norm coda twice that state, so its logits differ."""
+    kw = dict(n_loop=3, n_prelude=1, n_coda=1, loop_norm=loop_norm)
+    idx = tokens()
+    for pool in ("mean", "sum"):
+        m = make(**kw, hc_lanes=2, hc_pool=pool).eval()
+        plain = LoopedGPT(tiny(**kw)).eval()
+        unexpected = plain.load_state_dict(m.state_dict(), strict=False).unexpected_keys
+        assert sorted(unexpected) == ["hc.alpha", "hc.beta", "hc.mix"]
+        lanes_seen, write = [], m.hc.write
+        m.hc.write = lambda lanes, s, i: lanes_seen.append(write(lanes, s, i)) or lanes_seen[-1]
+        with torch.no_grad():
+            ref = [h for label, h in plain.states(idx) if label.boundary]
+            pooled = [h for label, h in m.states(idx) if label.boundary]
+            del m.hc.write  # stop recording
+            logits, ref_logits = m(idx)[0], plain(idx)[0]
+        assert len(lanes_seen) == len(ref) == 3
+        for lanes, h in zip(lanes_seen, ref):
+            for lane in lanes:
+                torch.testing.assert_close(lane, h, rtol=0, atol=1e-5)
+        for h_pool, h in zip(pooled, ref):
+            torch.testing.assert_close(h_pool, h * (1 if pool == "mean" else 2), rtol=0, atol=1e-5)
+        if pool == "mean":
+            torch.testing.assert_close(logits, ref_logits, rtol=0, atol=1e-5)
+        else:
+            assert (logits - ref_logits).abs().max() > 1e-3
+
+
 # -----------------------------------------------------------------------------------------------------------------
 # residual multipliers (Wang et al. 2026), measured in the forward pass
 
@@ -338,6 +373,56 @@ def test_trajectory_sampler_multiples_of_1_over_L_and_every_length(kind):
     assert a[0] == a[1]
 
 
+def compositions(L):
+    """Every shortcut trajectory of a model with L passes: the compositions of L into S = 1..L-1 parts."""
+    return [tuple(np.diff((0,) + cuts + (L,)).tolist())
+            for S in range(1, L) for cuts in itertools.combinations(range(1, L), S - 1)]
+
+
+def paper_probability(units, L):
+    """Jeddi et al. 2026, arXiv:2602.11451, §3.3: S ~ U{1..L-1}, then uniform over the C(L-1, S-1) schedules."""
+    return 1 / (L - 1) / math.comb(L - 1, len(units) - 1)
+
+
+def greedy_probability(units, L):
+    """The released code's sampler: step i is uniform over 1..(remaining - steps after it); the last takes the rest."""
+    p, remaining = 1 / (L - 1), L
+    for i, u in enumerate(units[:-1]):
+        p /= remaining - (len(units) - 1 - i)
+        remaining -= u
+    return p
+
+
+def trajectory_counts(L, kind, n, seed=0):
+    rng = np.random.default_rng(seed)
+    counts = dict.fromkeys(compositions(L), 0)
+    for _ in range(n):
+        counts[tuple(sample_trajectory(L, rng, kind))] += 1  # a KeyError would be an impossible trajectory
+    return counts
+
+
+@pytest.mark.parametrize("L,n", [(5, 4000), (8, 20000)])
+def test_default_trajectory_sampler_is_the_papers_uniform_one(L, n):
+    counts = trajectory_counts(L, GPTConfig().trajectory_sampler, n)
+    observed = np.array(list(counts.values()))
+    expected = n * np.array([paper_probability(c, L) for c in counts])
+    assert len(counts) == 2 ** (L - 1) - 1 and abs(expected.sum() - n) < 1e-6
+    assert scipy.stats.chisquare(observed, expected).pvalue > 1e-3
+
+
+def test_greedy_trajectory_sampler_is_the_released_codes_and_not_uniform():
+    L, n = 8, 20000
+    counts = trajectory_counts(L, "greedy", n)
+    observed = np.array(list(counts.values()))
+    greedy = n * np.array([greedy_probability(c, L) for c in counts])
+    uniform = n * np.array([paper_probability(c, L) for c in counts])
+    assert abs(greedy.sum() - n) < 1e-6
+    assert scipy.stats.chisquare(observed, greedy).pvalue > 1e-3
+    assert scipy.stats.chisquare(observed, uniform).pvalue < 1e-12
+    n3 = sum(v for c, v in counts.items() if len(c) == 3)  # given S=3: P(6,1,1) = 1/6, P(1,1,6) = 1/36 (uniform 1/21)
+    assert abs(counts[(6, 1, 1)] / n3 - 1 / 6) < 0.03 and abs(counts[(1, 1, 6)] / n3 - 1 / 36) < 0.012
+
+
 def test_elastic_evaluation_at_full_budget_equals_the_plain_forward():
     m = make(n_loop=4, loop_cond="loopformer", cond_init="normal").eval()
     idx = tokens()
@@ -358,14 +443,27 @@ def test_loopformer_objective_terms():
     idx = tokens()
     m.set_micro_batch(5, seed=1)
     logits, loss, aux = m(idx, idx)
-    units = sample_trajectory(4, np.random.default_rng([1, 5, 0x100F]), "greedy")
+    units = sample_trajectory(4, np.random.default_rng([1, 5, 0x100F]), "uniform")
+    assert units != [1, 1, 1, 1] and sum(units) == 4  # a real shortcut, so that the two branches differ
     x, rope = m.embed(idx), m.rope(0, T)
     h_long = loop.last(m.walk(x, rope))[1]
     h_short = loop.last(m.walk(x, rope, schedule=[u / 4 for u in units]))[1]
     ce = F.cross_entropy(m.readout(h_short).view(-1, V), idx.view(-1))
     torch.testing.assert_close(loss, F.cross_entropy(m.readout(h_long).view(-1, V), idx.view(-1)))
     torch.testing.assert_close(aux["shortcut_ce"], 0.1 * ce)
-    torch.testing.assert_close(aux["consistency"], 0.1 * F.mse_loss(m.norm_f(h_short), m.norm_f(h_long)))
+    # the consistency term pulls the shortcut toward a stop-gradient target: its gradient is the one with the full
+    # trajectory detached by hand, and differs from the one through both branches
+    cons_ref = 0.1 * F.mse_loss(m.norm_f(h_short), m.norm_f(h_long).detach())
+    torch.testing.assert_close(aux["consistency"], cons_ref)
+    params = [p for p in m.parameters() if p.requires_grad]
+    grads = torch.autograd.grad(aux["consistency"], params, allow_unused=True, retain_graph=True)
+    grads_ref = torch.autograd.grad(cons_ref, params, allow_unused=True, retain_graph=True)
+    grads_both = torch.autograd.grad(0.1 * F.mse_loss(m.norm_f(h_short), m.norm_f(h_long)), params,
+                                     allow_unused=True)
+    zero = torch.zeros(())
+    for g, g_ref, g_both in zip(grads, grads_ref, grads_both):
+        torch.testing.assert_close(zero if g is None else g, zero if g_ref is None else g_ref, rtol=1e-5, atol=1e-8)
+    assert max((g - b).abs().max().item() for g, b in zip(grads, grads_both) if g is not None) > 1e-6
     assert m.eval()(idx, idx)[2] == {}  # evaluation: no extra terms
 
 
@@ -517,6 +615,8 @@ def test_build_model_and_clear_errors():
         build_model(tiny(n_loop=2, injection="concat"))
     with pytest.raises(ValueError, match="injection='none'"):
         build_model(tiny(n_loop=2, injection="linear", hc_lanes=2))
+    with pytest.raises(ValueError, match="hc_pool must be one of mean | sum"):
+        build_model(tiny(n_loop=2, hc_lanes=2, hc_pool="max"))
     with pytest.raises(ValueError, match="loop_cond='loopformer'"):
         build_model(tiny(n_loop=2, elastic="shortcut"))
     with pytest.raises(ValueError, match="bptt_loops"):

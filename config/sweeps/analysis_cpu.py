@@ -11,6 +11,8 @@ archs = {
     "iteradaln": dict(configs=["config/loopmoe_iteradaln_cpu.py"], overrides=dict(max_iters=1200)),
     # four iterations, as the paper's routing-dynamics figure (entry / recurrent core / exit phases need K >= 3)
     "loopmoe_k4": dict(configs=["config/loopmoe_cpu.py"], overrides=dict(max_iters=1200, n_loop=4)),
+    # the preset samples shortcut trajectories as the paper does (uniform); the checkpoint behind the README's
+    # LoopFormer rows was trained with the released code's greedy sampler: add trajectory_sampler="greedy" for it
     "loopformer": dict(configs=["config/loopformer_cpu.py"], overrides=dict(max_iters=800)),
     "plain_loop": dict(configs=["config/loopformer_cpu.py"],
                        overrides=dict(max_iters=800, loop_cond="none", elastic="none")),
