@@ -32,6 +32,15 @@ class ConfigError(SystemExit):
     """Raised (as a SystemExit with a readable message) for any bad config input."""
 
 
+def run(main, *args):
+    """Run a script's main(); bad input (a ConfigError) ends it with its one line on stderr and exit code 2."""
+    try:
+        return main(*args)
+    except ConfigError as e:
+        print(e, file=sys.stderr)
+        raise SystemExit(2)
+
+
 def _comments(source_file, names):
     """One-line descriptions: the trailing `# comment` on the line that assigns each name in the source."""
     try:
@@ -81,12 +90,14 @@ def _parse_value(text):
         return text  # a bare string such as --init_from=resume
 
 
-def configure(defaults, model_cls=None, argv=None, doc_source=None):
+def configure(defaults, model_cls=None, argv=None, doc_source=None, choices=None):
     """Return (script config dict, model config instance or None) after config files and --key=value overrides.
 
     defaults: the script's own keys (simple values only; other entries such as modules are ignored).
-    model_cls: a dataclass (GPTConfig) whose fields are also valid keys.
+    model_cls: a dataclass (GPTConfig) whose fields are also valid keys; the ValueError its __post_init__ raises
+        for values that do not fit together becomes a ConfigError.
     doc_source: the file whose `# comments` describe the script keys (default: the caller's file).
+    choices: {script key: allowed values} for the script's enum keys, checked here rather than when first used.
     """
     argv = sys.argv[1:] if argv is None else list(argv)
     if doc_source is None:
@@ -139,9 +150,18 @@ def configure(defaults, model_cls=None, argv=None, doc_source=None):
                 assign(key, value, arg)
 
     script.update({k: v for k, v in values.items() if k in script})
+    for key, allowed in (choices or {}).items():
+        if script[key] not in allowed:
+            close = difflib.get_close_matches(str(script[key]), [str(a) for a in allowed], n=1)
+            hint = f"; did you mean '{close[0]}'?" if close else ""
+            raise ConfigError(f"config error: --{key}={script[key]!r} is not one of "
+                              f"{' | '.join(map(str, allowed))}{hint}")
     model_cfg = None
     if model_cls is not None:
-        model_cfg = model_cls(**{k: v for k, v in values.items() if k in model_defaults})
+        try:
+            model_cfg = model_cls(**{k: v for k, v in values.items() if k in model_defaults})
+        except ValueError as e:
+            raise ConfigError(f"config error: {e}") from None
     return script, model_cfg
 
 

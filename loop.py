@@ -35,6 +35,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from configurator import ConfigError
 from model import GPT, GPTConfig, Label, RMSNorm, add_aux
 
 # the GPTConfig fields of the "looping" section; a config that leaves all of them at their defaults is plain
@@ -46,28 +47,6 @@ LOOP_FIELDS = ("n_loop", "n_prelude", "n_coda", "injection", "hc_lanes", "hc_poo
 def is_looped(config):
     defaults = GPTConfig.__dataclass_fields__
     return any(getattr(config, name) != defaults[name].default for name in LOOP_FIELDS)
-
-
-def check_loop_config(cfg):
-    """Stop with a message that says what to change when the looping keys do not fit together."""
-    def need(cond, msg):
-        if not cond:
-            raise ValueError(f"GPTConfig (looping): {msg}")
-    choices = dict(injection=("none", "linear", "additive"), hc_pool=("mean", "sum"),
-                   loop_cond=("none", "index", "loopformer", "iteradaln"),
-                   residual_scaling=("none", "sqrt", "linear", "factorized"), cond_init=("zero", "normal"),
-                   elastic=("none", "shortcut", "early_exit", "random_depth"), consistency_on=("hidden", "logits"),
-                   trajectory_sampler=("greedy", "uniform"))
-    for key, allowed in choices.items():
-        need(getattr(cfg, key) in allowed, f"{key} must be one of {' | '.join(allowed)}, got {getattr(cfg, key)!r}")
-    need(cfg.n_prelude >= 0 and cfg.n_coda >= 0, "n_prelude and n_coda must be >= 0")
-    need(0 <= cfg.bptt_loops <= cfg.n_loop, f"bptt_loops={cfg.bptt_loops} must be in 0..n_loop={cfg.n_loop} (0 = all)")
-    need(cfg.hc_lanes == 0 or cfg.hc_lanes >= 2, "hc_lanes must be 0 (off) or >= 2 (Schwethelm et al. use 2)")
-    need(cfg.hc_lanes == 0 or cfg.injection == "none",
-         f"hyper-connections replace the input injection: set injection='none' (got {cfg.injection!r})")
-    need(cfg.elastic == "none" or cfg.n_loop >= 2, f"elastic={cfg.elastic!r} needs n_loop >= 2")
-    need(cfg.elastic != "shortcut" or cfg.loop_cond == "loopformer",
-         "elastic='shortcut' trains LoopFormer trajectories: set loop_cond='loopformer' (or use elastic='early_exit')")
 
 
 # -----------------------------------------------------------------------------------------------------------------
@@ -302,7 +281,6 @@ class LoopedGPT(GPT):
     coda modules, in that order; Label.layer indexes it."""
 
     def __init__(self, config):
-        check_loop_config(config)
         super().__init__(config)
         cfg, C = config, config.n_embd
         looping = cfg.n_loop > 1
@@ -684,12 +662,24 @@ def build_model(config):
     return GPT(config)
 
 
+def read_checkpoint(path, device="cpu"):
+    """The checkpoint dict of a train.py run; a missing, empty or truncated file is one line saying what to do."""
+    if not os.path.exists(path):
+        raise ConfigError(f"no checkpoint at {path}: pass the out_dir of a train.py run")
+    try:
+        ckpt = torch.load(path, map_location=device, weights_only=True)
+    except Exception as e:  # torch reports a cut-off or empty file as one of several errors, each with a traceback
+        raise ConfigError(f"{path} is not a readable checkpoint ({os.path.getsize(path):,} bytes: {str(e)[:80]}); "
+                          "it was cut off or is not a train.py checkpoint: train again or use another run") from None
+    if not (isinstance(ckpt, dict) and {"model", "model_config"} <= ckpt.keys()):
+        raise ConfigError(f"{path} is not a train.py checkpoint (no model / model_config entries)")
+    return ckpt
+
+
 def load_model(run_dir, device="cpu"):
     """(model in eval mode, checkpoint dict) from a run directory's ckpt.pt (or a path to a .pt file)."""
     path = os.path.join(run_dir, "ckpt.pt") if os.path.isdir(run_dir) else run_dir
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"no checkpoint at {path}: pass the out_dir of a train.py run")
-    ckpt = torch.load(path, map_location=device, weights_only=True)
+    ckpt = read_checkpoint(path, device)
     model = build_model(GPTConfig(**ckpt["model_config"]))
     model.load_state_dict(ckpt["model"])
     return model.to(device).eval(), ckpt

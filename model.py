@@ -93,25 +93,39 @@ class GPTConfig:
         def need(cond, msg):
             if not cond:
                 raise ValueError(f"GPTConfig: {msg}")
+        for key, allowed in CHOICES.items():
+            value = getattr(self, key)
+            need(value in allowed, f"{key} must be one of {' | '.join(allowed)}, got {value!r}")
+        for key in ("block_size", "vocab_size", "vocab_pad_multiple", "n_layer", "n_embd", "head_dim", "n_loop",
+                    "mup_base_width"):
+            need(getattr(self, key) >= 1, f"{key} must be >= 1, got {getattr(self, key)}")
+        for key in ("n_head", "d_ff", "n_prelude", "n_coda", "n_expert", "n_shared_expert", "moe_d_ff",
+                    "moe_first_dense", "q_lora_rank", "v_head_dim", "hc_lanes", "bptt_loops"):
+            need(getattr(self, key) >= 0, f"{key} must be >= 0, got {getattr(self, key)}")
         if self.n_head == 0:
             need(self.n_embd % self.head_dim == 0, f"n_embd={self.n_embd} is not a multiple of head_dim="
                  f"{self.head_dim}; set n_head or head_dim")
             self.n_head = self.n_embd // self.head_dim
         if self.d_ff == 0:
             self.d_ff = 64 * math.ceil(8 * self.n_embd / 3 / 64) if self.mlp == "swiglu" else 4 * self.n_embd
-        need(self.mlp in ("swiglu", "gelu", "relu2"), f"mlp must be swiglu|gelu|relu2, got {self.mlp!r}")
-        need(self.pos_emb in ("rope", "learned"), f"pos_emb must be rope|learned, got {self.pos_emb!r}")
-        need(self.init in ("normal", "uniform"), f"init must be normal|uniform, got {self.init!r}")
         need(self.rope_dim % 2 == 0 or self.pos_emb != "rope", "RoPE needs an even head_dim (rope_head_dim for MLA)")
-        need(self.n_layer >= 1 and self.n_loop >= 1, "n_layer and n_loop must be >= 1")
-        need(self.attn in ("mha", "mla"), f"attn must be mha|mla, got {self.attn!r}")
-        need(self.attn == "mha" or (self.kv_lora_rank > 0 and not self.qk_norm),
-             "attn='mla' needs kv_lora_rank > 0 and qk_norm=False")
+        need(self.attn == "mha" or (self.kv_lora_rank > 0 and self.rope_head_dim > 0 and not self.qk_norm),
+             "attn='mla' needs kv_lora_rank > 0, rope_head_dim > 0 and qk_norm=False")
         need(self.n_expert == 0 or 1 <= self.top_k <= self.n_expert,
              f"top_k={self.top_k} must be between 1 and n_expert={self.n_expert}")
-        need(self.moe_router in ("softmax", "sigmoid"), f"moe_router must be softmax|sigmoid, got {self.moe_router!r}")
-        need(self.moe_dispatch in ("auto", "grouped", "batched", "loop"),
-             f"moe_dispatch must be auto|grouped|batched|loop, got {self.moe_dispatch!r}")
+        need(self.n_expert == 0 or self.moe_d_ff or self.d_ff % (self.top_k + self.n_shared_expert) == 0,
+             f"d_ff={self.d_ff} is not divisible by top_k + n_shared_expert = {self.top_k + self.n_shared_expert}; "
+             "set moe_d_ff (the hidden size of one expert) explicitly")
+        # looping (loop.py)
+        need(0 <= self.bptt_loops <= self.n_loop, f"bptt_loops={self.bptt_loops} must be in 0..n_loop={self.n_loop} "
+             "(0 = all)")
+        need(self.hc_lanes != 1, "hc_lanes must be 0 (off) or >= 2 (Schwethelm et al. use 2)")
+        need(self.hc_lanes == 0 or self.injection == "none",
+             f"hyper-connections replace the input injection: set injection='none' (got {self.injection!r})")
+        need(self.elastic == "none" or self.n_loop >= 2, f"elastic={self.elastic!r} needs n_loop >= 2")
+        need(self.elastic != "shortcut" or self.loop_cond == "loopformer",
+             "elastic='shortcut' trains LoopFormer trajectories: set loop_cond='loopformer' "
+             "(or use elastic='early_exit')")
 
     @property
     def rope_dim(self):
@@ -129,6 +143,17 @@ class GPTConfig:
 
     def to_dict(self):
         return asdict(self)
+
+
+# the allowed values of GPTConfig's enum keys (checked when a config is made, so a typo stops before any work)
+CHOICES = dict(
+    mlp=("swiglu", "gelu", "relu2"), pos_emb=("rope", "learned"), attn=("mha", "mla"), init=("normal", "uniform"),
+    injection=("none", "linear", "additive"), hc_pool=("mean", "sum"),
+    residual_scaling=("none", "sqrt", "linear", "factorized"), loop_cond=("none", "index", "loopformer", "iteradaln"),
+    cond_init=("zero", "normal"), elastic=("none", "shortcut", "early_exit", "random_depth"),
+    consistency_on=("hidden", "logits"), trajectory_sampler=("greedy", "uniform"),
+    moe_router=("softmax", "sigmoid"), moe_dispatch=("auto", "grouped", "batched", "loop"),
+)
 
 
 # Where a hidden state sits in the depth: effective-layer index (also the KV-cache slot), physical layer,

@@ -11,6 +11,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import analyze  # noqa: E402
+from configurator import ConfigError  # noqa: E402
 from model import GPT, GPTConfig  # noqa: E402
 
 # -----------------------------------------------------------------------------
@@ -270,7 +271,7 @@ def test_bad_input_messages(tmp_path, plain_ckpt):
         analyze.main(["nope"])
     with pytest.raises(SystemExit, match="unknown key"):
         analyze.main(["jsd", "--ckpt_dir=x"])
-    with pytest.raises(FileNotFoundError, match="no checkpoint"):
+    with pytest.raises(ConfigError, match="no checkpoint"):
         analyze.main(["jsd", f"--ckpt={tmp_path}/missing", f"--out_dir={tmp_path}"])
     with pytest.raises(ValueError, match=r"has no MoE layers \(set n_expert > 0\)"):
         analyze.main(["routing", f"--ckpt={plain_ckpt}", f"--out_dir={tmp_path}"])
