@@ -17,6 +17,7 @@ import ctypes
 import json
 import math
 import os
+import re
 import sys
 import time
 from contextlib import nullcontext
@@ -25,16 +26,19 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from configurator import configure
+from configurator import ConfigError, configure, run
 from data import TokenData, default_data_dir, ensure_data
-from loop import build_model
+from loop import build_model, read_checkpoint
 from model import GPTConfig
 import scaling
 
 # ---------------------------------------------------------------------------------------------------------------
 # defaults (the model's keys are GPTConfig's, in model.py; `python train.py --help` lists everything)
 out_dir = "out/default"  # run directory: ckpt.pt, config.json, log.jsonl, result.json
-resume = False  # continue the run in out_dir from its ckpt.pt
+resume = False  # continue the run in out_dir from its ckpt.pt (the same command: other settings are refused)
+resume_changes = ""  # with --resume, keys allowed to differ from the run's, e.g. max_iters,eval_interval (logged)
+overwrite = False  # start a new run in an out_dir that already holds one (its checkpoint and log are replaced)
+collapse_evals = 3  # stop after this many evals in a row back at or above the unigram entropy (0 = never)
 eval_interval = 100  # steps between validation evaluations (and checkpoints)
 eval_tokens = 65536  # validation tokens per evaluation (a fixed set)
 log_interval = 10  # steps between log lines
@@ -68,6 +72,101 @@ compile = False  # torch.compile each block (the depth loop stays in Python)
 ddp_find_unused = False  # DDP find_unused_parameters (needed when some weights get no gradient in a step)
 seed = 1337  # seeds the init and the batch order
 # ---------------------------------------------------------------------------------------------------------------
+_CHOICES = dict(tokenizer=("byte", "gpt2"), flops_convention=("lee", "schwethelm"), optimizer=("adamw", "muonh"),
+                schedule=("wsd_sqrt", "wsd_linear", "cosine", "linear", "constant"),
+                dtype=("auto", "float32", "bfloat16"))
+# keys that may differ on --resume without changing the run, and those --resume_changes may change on purpose
+_RESUME_NEUTRAL = ("resume", "resume_changes", "overwrite", "out_dir", "log_interval", "sample_tokens")
+_RESUME_CHANGEABLE = ("max_iters", "flops_budget", "eval_interval", "eval_tokens", "collapse_evals", "data_dir",
+                      "device", "compile")
+
+
+def check_config(cfg):
+    """One line for the training keys that configure() cannot judge alone."""
+    for key in ("batch_size", "grad_accum", "eval_interval", "eval_tokens", "log_interval"):
+        if cfg[key] < 1:
+            raise ConfigError(f"config error: --{key}={cfg[key]} must be >= 1")
+    for key in ("max_iters", "warmup_iters", "sample_tokens", "collapse_evals", "lr", "weight_decay", "grad_clip",
+                "flops_budget", "adam_eps"):
+        if cfg[key] < 0:
+            raise ConfigError(f"config error: --{key}={cfg[key]} must be >= 0")
+    for key in ("decay_frac", "min_lr_frac", "beta1", "beta2"):
+        if not 0 <= cfg[key] <= 1:
+            raise ConfigError(f"config error: --{key}={cfg[key]} must be between 0 and 1")
+    source = cfg["data_source"]
+    if source not in ("offline", "kjv", "shakespeare", "fineweb-edu") and not source.startswith("files:"):
+        raise ConfigError(f"config error: --data_source={source!r} is not one of offline | kjv | shakespeare | "
+                          "fineweb-edu | files:<glob>")
+    if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", cfg["device"]):
+        raise ConfigError(f"config error: --device={cfg['device']!r} is not one of auto | cpu | cuda | cuda:N")
+    unknown = set(changed_keys(cfg)) - set(_RESUME_CHANGEABLE)
+    if unknown:
+        raise ConfigError(f"config error: --resume_changes names {', '.join(sorted(unknown))}: only "
+                          f"{', '.join(_RESUME_CHANGEABLE)} may change when a run resumes (start a new run instead)")
+
+
+def changed_keys(cfg):
+    return [k.strip() for k in cfg["resume_changes"].split(",") if k.strip()]
+
+
+def check_world(grad_accum, world_size):
+    """grad_accum counts micro-batches across all ranks, so every rank must get the same number."""
+    if grad_accum % world_size:
+        up = -(-grad_accum // world_size) * world_size
+        options = f"--grad_accum={up}" + (f" or {up - world_size}" if up > world_size else "")
+        raise ConfigError(f"config error: grad_accum={grad_accum} (micro-batches per step over all ranks) must be "
+                          f"divisible by the {world_size} ranks: use {options}")
+
+
+def run_differences(ckpt, cfg, model_cfg):
+    """{key: (the run's value, this command's value)} for every setting in which this command differs from the run
+    saved in ckpt. vocab_size is left out: the data sets it (its keys are compared)."""
+    run_cfg = ckpt["train_config"]
+    diff = {k: (run_cfg[k], v) for k, v in cfg.items()
+            if k in run_cfg and k not in _RESUME_NEUTRAL and run_cfg[k] != v}
+    run_model = GPTConfig(**ckpt["model_config"]).to_dict()
+    diff.update({k: (run_model[k], v) for k, v in model_cfg.to_dict().items()
+                 if k != "vocab_size" and run_model[k] != v})
+    return diff
+
+
+def check_resume(ckpt, cfg, model_cfg, path):
+    """Resume only the same run: refuse (naming the keys) unless every difference is one --resume_changes allows."""
+    diff = run_differences(ckpt, cfg, model_cfg)
+    refused = {k: d for k, d in diff.items() if k not in changed_keys(cfg)}
+    if refused:
+        what = ", ".join(f"{k} (run: {a!r}, now: {b!r})" for k, (a, b) in refused.items())
+        hint = (f"; to change them on purpose add --resume_changes={','.join(refused)}"
+                if set(refused) <= set(_RESUME_CHANGEABLE) else
+                "; resume with the run's settings (its config.json) or start a new run in another --out_dir")
+        raise ConfigError(f"--resume: this command differs from the run in {path}: {what}{hint}")
+    return diff
+
+
+def open_run(cfg, model_cfg, master, say):
+    """Check the run directory before any work. Returns (the checkpoint to resume or None, {key: (run's value,
+    new value)} for the settings --resume_changes changed). A new run never replaces an existing one by accident."""
+    out = cfg["out_dir"]
+    path = os.path.join(out, "ckpt.pt")
+    try:
+        os.makedirs(out, exist_ok=True)
+        probe = os.path.join(out, f".write_test_{os.getpid()}")
+        open(probe, "w").close()
+        os.remove(probe)
+    except OSError as e:
+        raise ConfigError(f"cannot write to out_dir {out!r} ({e.strerror}): choose another --out_dir") from None
+    if master and os.path.exists(path + ".tmp"):  # a run killed while it wrote a checkpoint
+        os.remove(path + ".tmp")
+        say(f"removed {path}.tmp, a checkpoint cut off by a kill (ckpt.pt is the last complete one)")
+    if cfg["resume"]:
+        if not os.path.exists(path):
+            raise ConfigError(f"--resume: no checkpoint at {path}; drop --resume to start a new run")
+        ckpt = read_checkpoint(path)
+        return ckpt, check_resume(ckpt, cfg, model_cfg, path)
+    if os.path.exists(path) and not cfg["overwrite"]:
+        raise ConfigError(f"{out} already holds a run (ckpt.pt): add --resume to continue it, --overwrite to start "
+                          "it again, or choose another --out_dir")
+    return None, {}
 
 
 def lr_multiplier(step, total, cfg):
@@ -187,11 +286,16 @@ def evaluate(model, data, cfg, ctx, device, rank, world_size):
         x, y = x.to(device), y.to(device)
         with ctx:
             _, loss, _ = model(x, y)
-        total += torch.tensor([loss.item() * y.numel(), y.numel()], device=device, dtype=torch.float64)
+        total[0] += loss.detach().double() * y.numel()  # on the device: one host sync per evaluation
+        total[1] += y.numel()
     if world_size > 1:
         dist.all_reduce(total)
     model.train()
     return (total[0] / total[1]).item()
+
+
+def weights_finite(model):
+    return bool(torch.stack([torch.isfinite(p).all() for p in model.parameters()]).all())
 
 
 def format_time(seconds):
@@ -201,7 +305,8 @@ def format_time(seconds):
 
 def main(argv=None):
     defaults = {k: v for k, v in globals().items() if not k.startswith("_")}
-    cfg, model_cfg = configure(defaults, GPTConfig, argv, doc_source=__file__)
+    cfg, model_cfg = configure(defaults, GPTConfig, argv, doc_source=__file__, choices=_CHOICES)
+    check_config(cfg)
 
     # ---- processes and devices ----
     ddp = int(os.environ.get("RANK", -1)) != -1
@@ -227,15 +332,18 @@ def main(argv=None):
     dtype_name = cfg["dtype"] if cfg["dtype"] != "auto" else ("bfloat16" if device_type == "cuda" else "float32")
     ptdtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[dtype_name]
     ctx = nullcontext() if ptdtype == torch.float32 else torch.autocast(device_type, dtype=ptdtype)
-    if cfg["grad_accum"] % world_size:
-        raise SystemExit(f"grad_accum={cfg['grad_accum']} must be divisible by the {world_size} ranks")
+    check_world(cfg["grad_accum"], world_size)
     accum = cfg["grad_accum"] // world_size  # micro-batches per rank per step
     say = print if master else (lambda *a, **k: None)
+    ckpt, changes = open_run(cfg, model_cfg, master, say)
 
     # ---- data ----
     data_dir = cfg["data_dir"] or default_data_dir(cfg["data_source"], cfg["tokenizer"])
     if master:
-        meta = ensure_data(data_dir, cfg["data_source"], cfg["tokenizer"])
+        try:
+            ensure_data(data_dir, cfg["data_source"], cfg["tokenizer"])
+        except (FileNotFoundError, ValueError) as e:  # data.py's messages say what to do
+            raise ConfigError(f"data error: {e}") from None
     if ddp:
         dist.barrier()  # rank 0 prepares the token files once
     data = TokenData(data_dir)
@@ -250,11 +358,7 @@ def main(argv=None):
 
     # ---- model, optimizer, state ----
     ckpt_path = os.path.join(cfg["out_dir"], "ckpt.pt")
-    ckpt = None
-    if cfg["resume"]:
-        if not os.path.exists(ckpt_path):
-            raise SystemExit(f"--resume: no checkpoint at {ckpt_path}; drop --resume to start a new run")
-        ckpt = torch.load(ckpt_path, map_location="cpu", weights_only=True)
+    if ckpt is not None:
         model_cfg = GPTConfig(**ckpt["model_config"])
     torch.manual_seed(cfg["seed"])
     model = build_model(model_cfg)
@@ -311,32 +415,64 @@ def main(argv=None):
                 f.write(json.dumps(record) + "\n")
             print(line, flush=True)
 
+    if changes:
+        log({"step": start_step, "event": "resume_changes", "changed": {k: list(v) for k, v in changes.items()}},
+            "resumed with changed settings (not an exact continuation; max_iters and flops_budget move the "
+            "schedule's decay): " + ", ".join(f"{k} {a!r} -> {b!r}" for k, (a, b) in changes.items()))
+
     def checkpoint(step):
         if master:
             save_checkpoint(ckpt_path, {
                 "model": raw_model.state_dict(), "optimizer": optimizer.state_dict(),
                 "model_config": model_cfg.to_dict(), "train_config": cfg, "step": step, "best_val": best_val,
-                "rng_cpu": torch.get_rng_state(),
+                "val_loss": val_loss, "rng_cpu": torch.get_rng_state(),
                 "data_position": {"step": step, "micro_batches_done": step * cfg["grad_accum"]},
             })
 
+    def stop(reason):
+        say(f"{reason}; stopping. The last good checkpoint is {ckpt_path} (step {last_saved}): lower lr, raise "
+            "warmup_iters or turn on grad_clip, then --resume")
+        if ddp:
+            dist.destroy_process_group()
+        raise SystemExit(1)
+
     # ---- the loop ----
+    entropy = data.unigram_entropy()  # what a model that ignores the context scores: the collapse line
     t_start = time.time()
     t_last, tokens_since = time.time(), 0
     train_loss = float("nan")
     val_loss = float("nan")
     last_saved = start_step if ckpt is not None else None
+    saved_val = ckpt.get("val_loss", best_val) if ckpt is not None else float("inf")
+    collapsed_evals = 0  # evals in a row back at or above the unigram entropy (never saved: 0 at a checkpoint)
+    non_finite = torch.zeros((), dtype=torch.bool, device=device)  # read at log and eval steps: no sync per step
     for step in range(start_step, max_steps + 1):
         last = step == max_steps
         if step % cfg["eval_interval"] == 0 or last:
             t_eval = time.time()
             val_loss = evaluate(raw_model, data, cfg, ctx, device, rank, world_size)
+            if non_finite.item() or not math.isfinite(val_loss) or not weights_finite(raw_model):
+                stop(f"step {step}: the loss or the weights are not finite (val loss {val_loss})")
             best_val = min(best_val, val_loss)
             log({"step": step, "tokens": step * tokens_per_step, "val_loss": val_loss},
                 f"step {step}/{max_steps} | val loss {val_loss:.4f}")
+            # at or above the unigram entropy: no better than token frequencies. After a checkpoint below that
+            # line it is a collapse (kept out of the checkpoint, and a stop when it lasts); before, a warning
+            above = val_loss >= entropy
+            collapsed_evals = collapsed_evals + 1 if above and saved_val < entropy else 0
+            if above and (step > cfg["warmup_iters"] or collapsed_evals):
+                say(f"warning: val loss {val_loss:.4f} >= {entropy:.4f}, the unigram entropy of the training tokens: "
+                    "the model predicts no better than token frequencies")
             if step > start_step or ckpt is None:
-                checkpoint(step)
-                last_saved = step
+                if collapsed_evals:
+                    say(f"step {step}: not saved, to keep the checkpoint of step {last_saved} (val loss "
+                        f"{saved_val:.4f})")
+                else:
+                    checkpoint(step)
+                    last_saved, saved_val = step, val_loss
+            if cfg["collapse_evals"] and collapsed_evals >= cfg["collapse_evals"]:
+                stop(f"step {step}: training collapsed (val loss back at or above the unigram entropy "
+                     f"{entropy:.4f} for {collapsed_evals} evals)")
             t_last += time.time() - t_eval  # throughput counts training time only
         if last:
             break
@@ -371,14 +507,11 @@ def main(argv=None):
 
         if ddp:
             dist.all_reduce(loss_sum, op=dist.ReduceOp.AVG)
-        train_loss = loss_sum.item()  # one host sync per step, needed for the finiteness check anyway
-        if not math.isfinite(train_loss):
-            say(f"step {step}: the loss is {train_loss}; stopping. The last good checkpoint is {ckpt_path} (step "
-                f"{last_saved}): lower lr, raise warmup_iters or turn on grad_clip, then --resume")
-            if ddp:
-                dist.destroy_process_group()
-            raise SystemExit(1)
+        non_finite |= ~torch.isfinite(loss_sum)
         if step % cfg["log_interval"] == 0 or step == max_steps - 1:
+            train_loss = loss_sum.item()
+            if non_finite.item():
+                stop(f"step {step}: a training loss since the last log line is not finite (now {train_loss})")
             dt = time.time() - t_last
             tok_s = tokens_since / dt
             mfu = tok_s * mfu_flops / peak
@@ -398,11 +531,14 @@ def main(argv=None):
         result = {"val_loss": val_loss, "best_val_loss": best_val, "train_loss": train_loss, "steps": max_steps,
                   "tokens": max_steps * tokens_per_step, "flops": max_steps * tokens_per_step * flops_per_token,
                   "flops_convention": cfg["flops_convention"], "wall_s": wall,
-                  "unigram_entropy": data.unigram_entropy(), **counts}
+                  "unigram_entropy": entropy, "above_unigram_entropy": val_loss >= entropy, **counts}
         with open(os.path.join(cfg["out_dir"], "result.json"), "w") as f:
             json.dump(result, f, indent=1)
         say(f"done in {format_time(wall)}: val loss {val_loss:.4f} nats (unigram entropy "
-            f"{data.unigram_entropy():.4f}); run directory {cfg['out_dir']}")
+            f"{entropy:.4f}); run directory {cfg['out_dir']}")
+        if val_loss >= entropy and max_steps > cfg["warmup_iters"]:
+            say(f"warning: the run ended at or above the unigram entropy: it learned nothing beyond token "
+                "frequencies (try another lr; see log.jsonl)")
         if cfg["sample_tokens"] > 0:
             from data import get_tokenizer
             tok = get_tokenizer(meta["tokenizer"])
@@ -419,4 +555,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    run(main)
