@@ -112,15 +112,15 @@ def step_flops(model, labels, context):
 
 
 def kv_fill_flops(model):
-    """Matmul FLOPs of one token's keys and values in one layer (what a propagate fill runs), as counted by
-    torch's FlopCounterMode."""
+    """Matmul FLOPs of one token's cache entry in one layer (what a propagate fill runs: keys and values, or MLA's
+    latent), as counted by torch's FlopCounterMode."""
     from torch.utils.flop_counter import FlopCounterMode
     attn = model.blocks[-1].attn
     p = next(model.parameters())
     x = torch.zeros(1, 1, model.config.n_embd, device=p.device, dtype=p.dtype)
     counter = FlopCounterMode(display=False)
     with torch.no_grad(), counter:
-        attn.keys_values(x, model.rope(0, 1))
+        attn.cache_entry(x, model.rope(0, 1))
     return float(counter.get_total_flops())
 
 
@@ -385,12 +385,12 @@ def attention_input(model, label, h, pass_embeddings):
 
 
 def propagate_fill(model, labels, h, rope, cache):
-    """Write K/V of the exited state h (B, 1, C) into the slots of the skipped steps `labels` (CALM-style)."""
+    """Write the cache entries (K/V, or MLA's latent) of the exited state h (B, 1, C) into the slots of the skipped
+    steps `labels` (CALM-style)."""
     pass_embeddings = {}
     for label in labels:
         block = model.blocks[label.layer]
-        k, v = block.attn.keys_values(attention_input(model, label, h, pass_embeddings), rope)
-        cache.update(label.index, k, v)
+        cache.update(label.index, *block.attn.cache_entry(attention_input(model, label, h, pass_embeddings), rope))
 
 
 @torch.no_grad()

@@ -397,10 +397,11 @@ def test_looped_model_exits_only_at_loop_boundaries():
     assert r["full_ppl"] == pytest.approx(math.exp(model(x, y)[1].item()), rel=1e-6)
 
 
-LOOPED = {"loop": (("n_loop", 3),), "loopformer": (("loop_cond", "loopformer"), ("cond_init", "normal"))}
+LOOPED = {"loop": (("n_loop", 3),), "loopformer": (("loop_cond", "loopformer"), ("cond_init", "normal")),
+          "mla": (("n_loop", 3), ("attn", "mla"), ("kv_lora_rank", 8), ("rope_head_dim", 4))}  # slots hold latents
 
 
-@pytest.mark.parametrize("kind", ["loop", "loopformer"])
+@pytest.mark.parametrize("kind", list(LOOPED))
 @pytest.mark.parametrize("fill", ["propagate", "recompute"])
 def test_looped_exit_decoding_matches_cache_free_reference(kind, fill):
     every = kind == "loop" and fill == "propagate"  # the every-layer ablation once
