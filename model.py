@@ -310,6 +310,9 @@ class MLA(nn.Module):
         # scaling.py counts attention FLOPs as 4*T*n_head*head_dim per token (q.k and attn.v): for MLA the mean of
         # the q.k size (d_nope + d_rope) and the value size d_v gives that sum exactly
         self.head_dim = (self.d_nope + self.d_rope + self.d_v) / 2
+        # the same for absorbed decoding, in the latent space: q.c over kv_rank + d_rope, attn.c over kv_rank (the
+        # absorbed W_UK, W_UV cost per token what kv_up costs, so 2 FLOPs per parameter still hold)
+        self.decode_head_dim = (2 * self.kv_rank + self.d_rope) / 2
         d_qk = self.d_nope + self.d_rope
         self.scale = d_qk ** -0.5  # the softmax scale of the full head, also when attending in the latent space
         if config.q_lora_rank > 0:
