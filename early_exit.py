@@ -90,11 +90,12 @@ def exit_candidates(model, labels, every_layer=False):
     return [i for i in loop[:-1] if every or labels[i].boundary]
 
 
-def step_flops(model, labels, context):
+def step_flops(model, labels, context, decoding=False):
     """Forward FLOPs per token: (list per effective step, one head, one K/V fill, everything else).
-    From scaling.py's units: a step costs 2 * active params of its block + 4*h*q*context (QK^T and AV); the head
-    2 * its params; `other` is what else a forward runs per token (modules outside the blocks, hyper-connection
-    mixing), charged in full to every exit (conservative). A fill costs the K/V projections of one layer."""
+    From scaling.py's units: a step costs 2 * active params of its block + 4*h*q*context (QK^T and AV; decoding:
+    the h*q of a cached step, MLA's latent-space width); the head 2 * its params; `other` is what else a forward
+    runs per token (modules outside the blocks, hyper-connection mixing), charged in full to every exit
+    (conservative). A fill costs the cache-entry projections of one layer."""
     units = scaling.compute_units(model, training=False)
     by_name = {u.name: u for u in units}
     first = {}  # a module shared across steps is unit blocks.<first position>
@@ -103,7 +104,7 @@ def step_flops(model, labels, context):
     steps = []
     for lab in labels:
         u = by_name[f"blocks.{first[id(model.blocks[lab.layer])]}"]
-        steps.append(2.0 * u.active + 4.0 * u.attn_width * context)
+        steps.append(2.0 * u.active + 4.0 * (u.decode_attn_width if decoding else u.attn_width) * context)
     head = 2.0 * by_name["lm_head"].active
     # the steps come from the walk's labels; their sum + head + other = scaling.forward_flops_per_token (tested)
     other = sum(2.0 * u.fwd * u.active for u in units if u.kind == "other")
@@ -112,15 +113,15 @@ def step_flops(model, labels, context):
 
 
 def kv_fill_flops(model):
-    """Matmul FLOPs of one token's keys and values in one layer (what a propagate fill runs), as counted by
-    torch's FlopCounterMode."""
+    """Matmul FLOPs of one token's cache entry in one layer (what a propagate fill runs: keys and values, or MLA's
+    latent), as counted by torch's FlopCounterMode."""
     from torch.utils.flop_counter import FlopCounterMode
     attn = model.blocks[-1].attn
     p = next(model.parameters())
     x = torch.zeros(1, 1, model.config.n_embd, device=p.device, dtype=p.dtype)
     counter = FlopCounterMode(display=False)
     with torch.no_grad(), counter:
-        attn.keys_values(x, model.rope(0, 1))
+        attn.cache_entry(x, model.rope(0, 1))
     return float(counter.get_total_flops())
 
 
@@ -385,12 +386,12 @@ def attention_input(model, label, h, pass_embeddings):
 
 
 def propagate_fill(model, labels, h, rope, cache):
-    """Write K/V of the exited state h (B, 1, C) into the slots of the skipped steps `labels` (CALM-style)."""
+    """Write the cache entries (K/V, or MLA's latent) of the exited state h (B, 1, C) into the slots of the skipped
+    steps `labels` (CALM-style)."""
     pass_embeddings = {}
     for label in labels:
         block = model.blocks[label.layer]
-        k, v = block.attn.keys_values(attention_input(model, label, h, pass_embeddings), rope)
-        cache.update(label.index, k, v)
+        cache.update(label.index, *block.attn.cache_entry(attention_input(model, label, h, pass_embeddings), rope))
 
 
 @torch.no_grad()
@@ -494,8 +495,8 @@ def decode_flops(model, labels, stats):
     full-depth decoding of the same tokens."""
     run = full = 0.0
     coda = coda_positions(labels)
-    steps0, head, fill, other = step_flops(model, labels, 0)
-    per_ctx = [b - a for a, b in zip(steps0, step_flops(model, labels, 1)[0])]  # attention per context token
+    steps0, head, fill, other = step_flops(model, labels, 0, decoding=True)
+    per_ctx = [b - a for a, b in zip(steps0, step_flops(model, labels, 1, decoding=True)[0])]  # per context token
     for st in stats:
         steps = [a + b * st["context"] for a, b in zip(steps0, per_ctx)]
         coda_flops = sum(steps[i] for i in coda)

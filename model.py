@@ -250,28 +250,29 @@ def _rotate(x, cos, sin):
 
 
 class KVCache:
-    """Preallocated keys/values, one slot per executed (loop, layer) step, for autoregressive decoding.
+    """Preallocated cache entries, one slot per executed (loop, layer) step, for autoregressive decoding.
 
-    Slots are allocated on first write (their head sizes may differ between attention kinds). `pos` counts the
-    tokens already cached; the model advances it after a whole forward pass."""
+    A slot holds what its layer's attention module stores per token (its `cache_entry`): keys and values for
+    multi-head attention, one latent per token for MLA. Slots are allocated on first write (their sizes differ
+    between attention kinds). `pos` counts the tokens already cached; the model advances it after a whole
+    forward pass."""
 
     def __init__(self, n_slots, batch_size, max_len):
         self.slots = [None] * n_slots
         self.batch_size, self.max_len, self.pos = batch_size, max_len, 0
 
-    def update(self, index, k, v):
-        """Write k, v (B, H, T, D) at the current position into slot `index`; return the cached prefix + them."""
-        B, H, T, _ = k.shape
+    def update(self, index, *parts):
+        """Write the parts (each (B, heads, T, size)) at the current position into slot `index`; return each
+        part's cached prefix with the new tokens, (B, heads, pos + T, size)."""
+        T = parts[0].size(2)
         if self.pos + T > self.max_len:
             raise ValueError(f"KV cache full: {self.pos}+{T} tokens > max_len={self.max_len}; "
                              "generate fewer tokens or raise block_size")
         if self.slots[index] is None:
-            self.slots[index] = (k.new_zeros(B, H, self.max_len, k.size(-1)),
-                                 v.new_zeros(B, H, self.max_len, v.size(-1)))
-        ck, cv = self.slots[index]
-        ck[:, :, self.pos:self.pos + T] = k
-        cv[:, :, self.pos:self.pos + T] = v
-        return ck[:, :, :self.pos + T], cv[:, :, :self.pos + T]
+            self.slots[index] = tuple(t.new_zeros(*t.shape[:2], self.max_len, t.size(-1)) for t in parts)
+        for cached, t in zip(self.slots[index], parts):
+            cached[:, :, self.pos:self.pos + T] = t
+        return tuple(cached[:, :, :self.pos + T] for cached in self.slots[index])
 
 
 class CausalSelfAttention(nn.Module):
@@ -290,8 +291,10 @@ class CausalSelfAttention(nn.Module):
     def forward(self, x, rope, cache=None, slot=0):
         B, T, C = x.shape
         q = self.heads(self.c_q(x), rope)  # (B, H, T, D)
-        k, v = self.keys_values(x, rope)
-        y = attend(q, k, v, cache, slot)
+        k, v = self.cache_entry(x, rope)
+        if cache is not None:
+            k, v = cache.update(slot, k, v)  # the cached tokens' keys and values, then these
+        y = attend(q, k, v)
         return self.c_proj(y.transpose(1, 2).reshape(B, T, -1))
 
     def heads(self, t, rope):
@@ -304,22 +307,25 @@ class CausalSelfAttention(nn.Module):
             t = rms_norm(t, None, self.eps)
         return t
 
-    def keys_values(self, x, rope):
-        """Keys and values (B, H, T, D) of x exactly as the KV cache stores them (early_exit.py fills the slots
-        of skipped layers with it)."""
+    def cache_entry(self, x, rope):
+        """What the KV cache stores for x: keys and values (B, H, T, D) (early_exit.py fills the slots of
+        skipped layers with it)."""
         B, T, _ = x.shape
         v = self.c_v(x).view(B, T, self.n_head, self.head_dim).transpose(1, 2)
         return self.heads(self.c_k(x), rope), v
 
 
 class MLA(nn.Module):
-    """Multi-head latent attention (DeepSeek-AI 2024, DeepSeek-V2, arXiv:2405.04434), the attention of LoopMoE
-    (Chen et al. 2026, arXiv:2606.04438). Queries and keys/values pass through low-rank latents (RMS-normed);
-    RoPE acts only on `rope_head_dim` extra dims per head, and the rotary key part is one vector shared by all
-    heads (decoupled RoPE). Per head: q = [q_content; q_rope], k = [k_content; k_rope], v of size v_head_dim,
-    softmax(q.k / sqrt(head_dim + rope_head_dim)) v.
-    The KV cache holds the full per-head keys and values (exact and simple); caching only the latent, MLA's
-    memory saving at inference, is not done here."""
+    """Multi-head latent attention (DeepSeek-AI 2024, DeepSeek-V2, arXiv:2405.04434, §2.1), the attention of
+    LoopMoE (Chen et al. 2026, arXiv:2606.04438). Queries and keys/values pass through low-rank latents
+    (RMS-normed); RoPE acts only on `rope_head_dim` extra dims per head, and the rotary key part is one vector
+    shared by all heads (decoupled RoPE). Per head: q = [q_content; q_rope], k = [k_content; k_rope], v of size
+    v_head_dim, softmax(q.k / sqrt(head_dim + rope_head_dim)) v, with k_content = W_UK c_KV and v = W_UV c_KV.
+
+    The KV cache holds only c_KV (kv_lora_rank numbers per token, after its norm) and the rotated shared rotary key
+    (rope_head_dim): MLA's reason to exist. Decoding against it absorbs the up-projections (DeepSeek-V2, §2.1.2):
+    q_content.(W_UK c) = (W_UK^T q_content).c, so each head's query moves into the latent space and attends to
+    the cached latents directly, and sum_s p_s W_UV c_s = W_UV (sum_s p_s c_s) is applied once after attention."""
 
     def __init__(self, config):
         super().__init__()
@@ -330,7 +336,11 @@ class MLA(nn.Module):
         # scaling.py counts attention FLOPs as 4*T*n_head*head_dim per token (q.k and attn.v): for MLA the mean of
         # the q.k size (d_nope + d_rope) and the value size d_v gives that sum exactly
         self.head_dim = (self.d_nope + self.d_rope + self.d_v) / 2
+        # the same for absorbed decoding, in the latent space: q.c over kv_rank + d_rope, attn.c over kv_rank (the
+        # absorbed W_UK, W_UV cost per token what kv_up costs, so 2 FLOPs per parameter still hold)
+        self.decode_head_dim = (2 * self.kv_rank + self.d_rope) / 2
         d_qk = self.d_nope + self.d_rope
+        self.scale = d_qk ** -0.5  # the softmax scale of the full head, also when attending in the latent space
         if config.q_lora_rank > 0:
             self.q_down = nn.Linear(C, config.q_lora_rank, bias=False)
             self.q_norm = RMSNorm(config.q_lora_rank, config.norm_eps, config.norm_gain)
@@ -340,7 +350,7 @@ class MLA(nn.Module):
             self.c_q = nn.Linear(C, H * d_qk, bias=False)
         self.kv_down = nn.Linear(C, self.kv_rank + self.d_rope, bias=False)  # [latent c_kv; shared rotary key]
         self.kv_norm = RMSNorm(self.kv_rank, config.norm_eps, config.norm_gain)
-        self.kv_up = nn.Linear(self.kv_rank, H * (self.d_nope + self.d_v), bias=False)
+        self.kv_up = nn.Linear(self.kv_rank, H * (self.d_nope + self.d_v), bias=False)  # [W_UK; W_UV] per head
         self.c_proj = nn.Linear(H * self.d_v, C, bias=False)
         self.use_rope = config.pos_emb == "rope"
 
@@ -348,8 +358,20 @@ class MLA(nn.Module):
         B, T, C = x.shape
         q = self.q_up(self.q_norm(self.q_down(x))) if self.q_down is not None else self.c_q(x)
         q = self.rotate_tail(q.view(B, T, self.n_head, -1).transpose(1, 2), rope)  # (B, H, T, d_nope + d_rope)
-        k, v = self.keys_values(x, rope)
-        y = attend(q, k, v, cache, slot)  # (B, H, T, d_v)
+        c, = self.cache_entry(x, rope)
+        pos = 0 if cache is None else cache.pos
+        if cache is not None:
+            c, = cache.update(slot, c)  # (B, 1, pos + T, kv_rank + d_rope)
+        if pos == 0:
+            # training and prefill (no earlier tokens): up-project the T latents to per-head keys and values, as
+            # DeepSeek-V2 trains. Each (query, key) pair then costs H*(d_nope + d_rope + d_v) multiply-adds instead
+            # of H*(2*kv_rank + d_rope) in the latent space, and the up-projection is paid once per token: the
+            # cheaper form for a T x T attention
+            k, v = self.up_project(c)
+            y = attend(q, k, v, scale=self.scale)  # (B, H, T, d_v)
+        else:
+            # decoding after cached tokens: absorbed, or each step would up-project the whole cache again
+            y = self.attend_latent(q, c)
         return self.c_proj(y.transpose(1, 2).reshape(B, T, -1))
 
     def rotate_tail(self, t, rope):
@@ -358,29 +380,53 @@ class MLA(nn.Module):
             return t
         return torch.cat([t[..., :self.d_nope], apply_rope(t[..., self.d_nope:], *rope)], dim=-1)
 
-    def keys_values(self, x, rope):
-        """Keys (B, H, T, d_nope + d_rope) and values (B, H, T, d_v) exactly as the KV cache stores them."""
-        B, T, _ = x.shape
-        latent, k_rope = self.kv_down(x).split([self.kv_rank, self.d_rope], dim=-1)
-        kv = self.kv_up(self.kv_norm(latent)).view(B, T, self.n_head, self.d_nope + self.d_v).transpose(1, 2)
-        k_nope, v = kv.split([self.d_nope, self.d_v], dim=-1)
-        k_rope = k_rope.unsqueeze(1)  # (B, 1, T, d_rope): one rotary key for all heads
+    def cache_entry(self, x, rope):
+        """What the KV cache stores for x: (c,), c = [norm(c_KV); RoPE(k_rope)] of shape (B, 1, T, kv_rank +
+        d_rope), one entry per token for all heads (early_exit.py fills the slots of skipped layers with it)."""
+        latent, k_rope = self.kv_down(x).unsqueeze(1).split([self.kv_rank, self.d_rope], dim=-1)
         if self.use_rope:
             k_rope = apply_rope(k_rope, *rope)
-        return torch.cat([k_nope, k_rope.expand(B, self.n_head, T, self.d_rope)], dim=-1), v
+        return torch.cat([self.kv_norm(latent), k_rope], dim=-1),
+
+    def up_project(self, c):
+        """Cache entries c (B, 1, S, kv_rank + d_rope) -> keys (B, H, S, d_nope + d_rope) and values (B, H, S, d_v)."""
+        B, _, S, _ = c.shape
+        latent, k_rope = c.split([self.kv_rank, self.d_rope], dim=-1)
+        kv = self.kv_up(latent).view(B, S, self.n_head, self.d_nope + self.d_v).transpose(1, 2)
+        k_nope, v = kv.split([self.d_nope, self.d_v], dim=-1)
+        return torch.cat([k_nope, k_rope.expand(B, self.n_head, S, self.d_rope)], dim=-1), v
+
+    def attend_latent(self, q, c):
+        """Absorbed attention of queries q (B, H, T, d_nope + d_rope), the last T positions, to the cached entries
+        c (B, 1, S, kv_rank + d_rope): the output before c_proj, (B, H, T, d_v)."""
+        B, H, T, _ = q.shape
+        S = c.size(2)
+        w_uk, w_uv = self.kv_up.weight.view(H, self.d_nope + self.d_v, self.kv_rank).split([self.d_nope, self.d_v], 1)
+        q_nope, q_rope = q.split([self.d_nope, self.d_rope], dim=-1)
+        q_latent = torch.cat([q_nope @ w_uk, q_rope], dim=-1)  # (B, H, T, kv_rank + d_rope): W_UK^T q per head
+        # one key/value head shared by all query heads: fold the heads into the query rows (no per-head copies of
+        # the cache, one attention call whose values are the latents); keys and values differ in size, so the
+        # scale of the full head is passed explicitly
+        o = F.scaled_dot_product_attention(q_latent.reshape(B, 1, H * T, -1), c, c[..., :self.kv_rank],
+                                           attn_mask=causal_mask(T, S, q.device, repeat=H), scale=self.scale)
+        return o.view(B, H, T, self.kv_rank) @ w_uv.transpose(1, 2)  # W_UV per head: (B, H, T, d_v)
 
 
-def attend(q, k, v, cache, slot):
-    """Causal scaled dot-product attention, with the KV cache when decoding. q: (B, H, T, D)."""
-    if cache is None:
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
-    pos, T = cache.pos, q.size(2)
-    k, v = cache.update(slot, k, v)
-    if T == 1:  # one new token sees the whole cache
-        return F.scaled_dot_product_attention(q, k, v)
-    # T new tokens after `pos` cached ones: new token i sees cached tokens and new tokens <= i
-    mask = torch.ones(T, pos + T, dtype=torch.bool, device=q.device).tril(diagonal=pos)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+def attend(q, k, v, scale=None):
+    """Causal scaled dot-product attention. q (B, H, T, D) are the last T of the S positions of k, v (B, H, S, D):
+    the whole sequence (training, prefill) or T new tokens after S - T cached ones."""
+    T, S = q.size(2), k.size(2)
+    if T == S:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=causal_mask(T, S, q.device), scale=scale)
+
+
+def causal_mask(T, S, device, repeat=1):
+    """Mask (repeat*T, S) for T new tokens after S - T cached ones: new token i sees the cached tokens and the new
+    tokens <= i (rows repeated `repeat` times, for heads folded into the rows). None for one new token: it sees all."""
+    if T == 1:
+        return None
+    return torch.ones(T, S, dtype=torch.bool, device=device).tril(diagonal=S - T).repeat(repeat, 1)
 
 
 class MLP(nn.Module):

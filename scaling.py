@@ -38,8 +38,9 @@ import torch
 
 # One group of parameters that runs together: kind is embed | head | block | other; stored = parameters this unit
 # adds to storage; active = parameters one run computes with; fwd/bwd = runs per token (bwd: runs backpropagated);
-# attn_width = n_head*head_dim of a block's attention (0 for other units).
-Unit = namedtuple("Unit", "name kind stored active fwd bwd attn_width")
+# attn_width = n_head*head_dim of a block's attention (0 for other units); decode_attn_width = the same for one
+# cached decoding step (MLA attends in its latent space there).
+Unit = namedtuple("Unit", "name kind stored active fwd bwd attn_width decode_attn_width", defaults=(0,))
 
 
 def _ffn_active_adjustment(block):
@@ -106,9 +107,10 @@ def compute_units(model, training=True):
         name, fwd, bwd = runs.pop(id(block))
         attn = getattr(block, "attn", None)
         attn_width = attn.n_head * attn.head_dim if attn is not None else cfg.n_head * cfg.head_dim
+        decode_width = attn.n_head * getattr(attn, "decode_head_dim", attn.head_dim) if attn is not None else attn_width
         active = sum(p.numel() for p in block.parameters() if id(p) not in declared_ids)
         active += _ffn_active_adjustment(block)
-        units.append(Unit(name, "block", new_params(block), active, fwd, bwd, attn_width))
+        units.append(Unit(name, "block", new_params(block), active, fwd, bwd, attn_width, decode_width))
 
     head = model.lm_head
     for name, m in model.named_children():
@@ -199,6 +201,20 @@ def forward_flops_per_token(model, seq_len=None):
     return float(total)
 
 
+def kv_cache_per_token(model):
+    """Numbers the KV cache holds per token: (per executed layer, all executed layers together), i.e. what one
+    layer's attention writes into its slot (its cache_entry: 2*n_head*head_dim keys and values for multi-head
+    attention, kv_lora_rank + rope_head_dim for MLA) times the slots. Read off the module; bytes = numbers * 2 in
+    bf16."""
+    p = next(model.parameters())
+    x = torch.zeros(1, 1, model.config.n_embd, device=p.device, dtype=p.dtype)
+    rope = model.rope(0, 1)
+    widths = [sum(t.size(1) * t.size(-1) for t in block.attn.cache_entry(x, rope)) for block in model.blocks]
+    runs = [f for f, _ in _runs(model.block_executions, False)]  # a layer's runs per token = its cache slots
+    assert sum(runs) == model.n_slots(), "cache slots and block executions disagree"
+    return max(widths), sum(w * f for w, f in zip(widths, runs))
+
+
 def tokens_for_budget(flops_budget, model, convention="lee", seq_len=None):
     """D = C / (training FLOPs per token)."""
     return flops_budget / flops_per_token(model, convention, seq_len)
@@ -224,6 +240,7 @@ def accounting(model, convention="lee", flops_budget=0.0, seq_len=None):
     for conv in CONVENTIONS:
         out[f"flops_per_token_{conv}"] = flops_per_token(model, conv, seq_len)
     out["forward_flops_per_token"] = forward_flops_per_token(model, seq_len)
+    out["kv_cache_per_token_layer"], out["kv_cache_per_token"] = kv_cache_per_token(model)
     if flops_budget > 0:
         out["flops_budget"] = flops_budget
         out["tokens"] = flops_budget / out["flops_per_token"]

@@ -382,6 +382,27 @@ def test_decoding_flops_and_bad_input():
         ee.generate_with_exit(model, prompt, 200, "entropy", 1.0)
 
 
+def test_mla_decoding_flops_match_flop_counter():
+    """An MLA decoding step attends in the latent space (kv_lora_rank + rope_head_dim per head and context token,
+    not the head size): decode_flops against FlopCounterMode on one real cached step (CPU SDPA runs the math kernel
+    for MLA's unequal key and value sizes, so the counter sees QK^T and AV), and a fill against one real fill."""
+    from torch.utils.flop_counter import FlopCounterMode
+    model = tiny_gpt(seed=3, attn="mla", kv_lora_rank=24, rope_head_dim=4)
+    prompt, B = batch(4, B=2, T=7)[0], 2
+    labels = ee.depth_labels(model)
+    cache = KVCache(model.n_slots(), B, 9)
+    with torch.no_grad():
+        model(prompt, cache=cache)
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        model(prompt[:, :1], cache=cache)  # one new token after 7 cached ones: context 8
+    st = dict(context=8, steps=len(labels), readouts=1, early_readouts=0, fills=0)
+    _, full = ee.decode_flops(model, labels, [st])
+    assert full == pytest.approx(counter.get_total_flops() / B, rel=1e-9)
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        ee.propagate_fill(model, labels[1:], model.embed(prompt[:, :1]), model.rope(7, 1), cache)
+    assert ee.kv_fill_flops(model) * (len(labels) - 1) == counter.get_total_flops() / B
+
+
 # -----------------------------------------------------------------------------------------------------------------
 # looped models (as soon as loop.py builds them)
 
@@ -404,10 +425,11 @@ def test_looped_model_exits_only_at_loop_boundaries():
     assert r["full_ppl"] == pytest.approx(math.exp(model(x, y)[1].item()), rel=1e-6)
 
 
-LOOPED = {"loop": (("n_loop", 3),), "loopformer": (("loop_cond", "loopformer"), ("cond_init", "normal"))}
+LOOPED = {"loop": (("n_loop", 3),), "loopformer": (("loop_cond", "loopformer"), ("cond_init", "normal")),
+          "mla": (("n_loop", 3), ("attn", "mla"), ("kv_lora_rank", 8), ("rope_head_dim", 4))}  # slots hold latents
 
 
-@pytest.mark.parametrize("kind", ["loop", "loopformer"])
+@pytest.mark.parametrize("kind", list(LOOPED))
 @pytest.mark.parametrize("fill", ["propagate", "recompute"])
 def test_looped_exit_decoding_matches_cache_free_reference(kind, fill):
     every = kind == "loop" and fill == "propagate"  # the every-layer ablation once

@@ -481,17 +481,33 @@ def test_mla_matches_its_formulas(q_rank):
                                torch.autograd.grad((y * probe).sum(), x)[0])
 
 
-def test_mla_kv_cache_decode_equals_full_forward():
-    cfg = mla_config(n_layer=2, n_expert=4, moe_d_ff=16)
-    model = GPT(cfg).init_weights(0).eval()
+MLA_CACHE_MODELS = {
+    "dense": dict(n_layer=2, q_lora_rank=0),
+    "moe": dict(n_layer=2, n_expert=4, moe_d_ff=16),
+    "learned_pos": dict(n_layer=2, pos_emb="learned"),
+    "looped": dict(n_layer=2, n_loop=2, n_prelude=1, n_coda=1, loop_cond="iteradaln", cond_init="normal"),
+}
+
+
+@pytest.mark.parametrize("kind", list(MLA_CACHE_MODELS))
+def test_mla_caches_the_latent_and_decodes_as_the_full_forward(kind):
+    """The cache holds kv_lora_rank + rope_head_dim numbers per token per executed layer, not per-head keys and
+    values; decoding from it (absorbed, DeepSeek-V2 §2.1.2) equals the full forward: a prefill, a chunk of new
+    tokens after cached ones, then one token at a time."""
+    from loop import build_model
+    model = build_model(mla_config(**MLA_CACHE_MODELS[kind])).init_weights(0).eval()
     idx = torch.randint(0, 257, (2, 16))
     full, _, _ = model(idx)
     cache = KVCache(model.n_slots(), 2, 16)
-    outs = [model(idx[:, :9], cache=cache)[0]]
-    for t in range(9, 16):
+    outs = [model(idx[:, :9], cache=cache)[0], model(idx[:, 9:12], cache=cache)[0]]
+    for t in range(12, 16):
         outs.append(model(idx[:, t:t + 1], cache=cache)[0])
     torch.testing.assert_close(torch.cat(outs, 1), full, atol=1e-5, rtol=1e-5)
-    assert cache.slots[0][0].shape[-1] == 16 + 8 and cache.slots[0][1].shape[-1] == 10  # qk != v head size
+    assert len(cache.slots) == model.n_slots() == (6 if kind == "looped" else 2)
+    for slot in cache.slots:  # one (B, 1, max_len, kv_lora_rank + rope_head_dim) latent per slot: 20 fp32 per token
+        assert [tuple(t.shape) for t in slot] == [(2, 1, 16, 12 + 8)]
+    cache_bytes = sum(t.numel() * t.element_size() for slot in cache.slots for t in slot)
+    assert cache_bytes / (2 * 16 * model.n_slots()) == (12 + 8) * 4  # per row, token and slot (MHA: 3*(24+10)*4)
 
 
 def test_config_rejects_bad_moe_and_mla_keys():

@@ -246,6 +246,22 @@ def test_lee_and_schwethelm_differ_by_embedding_and_attention():
         scaling.flops_per_token(m, "kaplan")
 
 
+@pytest.mark.parametrize("kw", [dict(), dict(n_loop=2, n_prelude=1, n_coda=1, attn="mla", q_lora_rank=16,
+                                              kv_lora_rank=12, rope_head_dim=8, v_head_dim=8)])
+def test_kv_cache_count_matches_a_filled_cache(kw):
+    """The count against the bytes a real KVCache holds after a forward pass (fp32: 4 bytes per number)."""
+    from loop import build_model
+    from model import KVCache
+    model = build_model(small_config(**kw))
+    cache = KVCache(model.n_slots(), 2, 5)
+    with torch.no_grad():
+        model(torch.randint(0, 97, (2, 5)), cache=cache)
+    held = sum(t.numel() * t.element_size() for slot in cache.slots for t in slot) / (2 * 5 * 4)
+    per_layer, total = scaling.kv_cache_per_token(model)
+    assert total == held and per_layer * model.n_slots() == held
+    assert per_layer == (12 + 8 if kw else 2 * 4 * 16)  # MLA: kv_lora_rank + rope_head_dim; MHA: K and V of 4 heads
+
+
 # -----------------------------------------------------------------------------------------------------------------
 # FlopCounterMode: matmul FLOPs of one real training step (forward + backward) against the accounting.
 # Both count: every matmul (projections, MLP/experts, router, injection, head) and the attention QK^T / AV over the
@@ -334,6 +350,9 @@ def test_count_cli_reads_training_configs_and_rejects_bad_keys(capsys):
         # a preset with train.py keys (optimizer, lr ...) counts as it is
         out = scaling.main(["count", "config/recur_r4.py", "--flops_budget=1e18"])
         assert out["flops_convention"] == "schwethelm" and abs(out["tokens"] / 955e6 - 1) < 0.005
+        # LoopMoE's Vanilla MoE caches one 512 + 64 MLA latent per token and layer, 12 layers
+        out = scaling.main(["count", "config/loopmoe_vanilla.py"])
+        assert (out["kv_cache_per_token_layer"], out["kv_cache_per_token"]) == (576, 12 * 576)
         with pytest.raises(SystemExit, match="n_embd"):
             scaling.main(["count", "--n_emdb=64"])
         with pytest.raises(SystemExit, match="usage"):
