@@ -37,7 +37,7 @@ def preset(name, **overrides):
     cwd = os.getcwd()
     os.chdir(ROOT)
     try:
-        return configure({}, GPTConfig, argv, doc_source=__file__)[1]
+        return configure(scaling.train_defaults(), GPTConfig, argv, doc_source=__file__)[1]
     finally:
         os.chdir(cwd)
 
@@ -175,6 +175,18 @@ def test_schwethelm_table6_r1_tokens(s):
         ours = scaling.tokens_for_budget(C, model, "schwethelm") / 1e9
         # <= 2.15e18 within 1.5%; the paper's largest-budget cells sit 2-2.7% below the formula (cause unknown)
         assert abs(ours / paper - 1) < (0.015 if C <= 2.15e18 else 0.03), (s, C, ours, paper)
+
+
+@needs_loop
+def test_isodepth_preset_counts_in_its_papers_convention(monkeypatch):
+    """config/isodepth.py sets flops_convention='schwethelm': `scaling.py count` without the flag gives Table 6's
+    s=34 cell at 2.15e19 (2.52B tokens, r=4 as the preset); --flops_convention=lee still overrides the preset."""
+    monkeypatch.chdir(ROOT)
+    argv = ["count", "config/isodepth.py", "--n_embd=2176", "--flops_budget=2.15e19"]
+    out = scaling.main(argv)
+    assert out["flops_convention"] == "schwethelm" and abs(out["tokens"] / 1e9 - 2.52) <= 0.005
+    lee = scaling.main(argv + ["--flops_convention=lee"])
+    assert lee["flops_convention"] == "lee" and lee["tokens"] == pytest.approx(2.15e19 / (6 * lee["params_active"]))
 
 
 @needs_loop
