@@ -5,7 +5,8 @@
 # linear input injection, Llama-2 vocabulary 32,008 padded to 32,064, context 2048. Init (App. C.1): embedding
 # N(0, 1), head N(0, 1e-3) (a standard deviation, as in nanochat's code), attention/MLP U(-a, a), a = sqrt(3/fan_in).
 # Budgets use their FLOP convention, 6*(executed params + head) + 12*d*T per layer (--flops_convention=lee for
-# Lee et al.'s). Check Table 6: python scaling.py count config/isodepth.py --n_embd=640 --flops_budget=1e18
+# Lee et al.'s). Table 6's s=34 cell at 2.15e19 FLOPs (2.52B tokens; that column holds r=4's counts, see scaling.py):
+#     python scaling.py count config/isodepth.py --n_embd=2176 --flops_budget=2.15e19
 # config/recur_r4.py adds their training recipe.
 n_embd = 640
 n_loop = 4
