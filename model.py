@@ -55,6 +55,8 @@ class GPTConfig:
     init_std: float = 0.02  # sigma_base of the normal init
     mup: bool = True  # muP of Lee et al.: hidden & head init var sigma^2/w and Adam LR eta/w, w = n_embd/mup_base_width
     mup_base_width: int = 128  # d_base of muP
+    head_init_std: float = 0.0  # > 0: head N(0, head_init_std^2/w) for any init (Schwethelm et al.: 1e-3); 0 = off
+    proj_init: str = "default"  # output projections (c_proj): default | gpt2 N(0, init_std^2/(2 n_layer w)), LoopFormer
     # ---- looping (loop.py) ----
     n_loop: int = 1  # passes of the shared block
     n_prelude: int = 0  # unshared layers before the loop
@@ -108,6 +110,11 @@ class GPTConfig:
             self.n_head = self.n_embd // self.head_dim
         if self.d_ff == 0:
             self.d_ff = 64 * math.ceil(8 * self.n_embd / 3 / 64) if self.mlp == "swiglu" else 4 * self.n_embd
+        need(self.proj_init == "default" or self.init == "normal",
+             "proj_init='gpt2' scales the normal init: it needs init='normal'")
+        need(self.head_init_std >= 0, f"head_init_std must be >= 0, got {self.head_init_std}")
+        need(self.head_init_std == 0 or not self.tie_embeddings,
+             "head_init_std needs an untied head: with tie_embeddings=True the head is the token embedding")
         need(self.rope_dim % 2 == 0 or self.pos_emb != "rope", "RoPE needs an even head_dim (rope_head_dim for MLA)")
         need(self.attn == "mha" or (self.kv_lora_rank > 0 and self.rope_head_dim > 0 and not self.qk_norm),
              "attn='mla' needs kv_lora_rank > 0, rope_head_dim > 0 and qk_norm=False")
@@ -148,12 +155,18 @@ class GPTConfig:
 # the allowed values of GPTConfig's enum keys (checked when a config is made, so a typo stops before any work)
 CHOICES = dict(
     mlp=("swiglu", "gelu", "relu2"), pos_emb=("rope", "learned"), attn=("mha", "mla"), init=("normal", "uniform"),
+    proj_init=("default", "gpt2"),
     injection=("none", "linear", "additive"), hc_pool=("mean", "sum"),
     residual_scaling=("none", "sqrt", "linear", "factorized"), loop_cond=("none", "index", "loopformer", "iteradaln"),
     cond_init=("zero", "normal"), elastic=("none", "shortcut", "early_exit", "random_depth"),
     consistency_on=("hidden", "logits"), trajectory_sampler=("greedy", "uniform"),
     moe_router=("softmax", "sigmoid"), moe_dispatch=("auto", "grouped", "batched", "loop"),
 )
+
+
+# Parameters that write into the residual stream (names end so): attention and FFN output projections, MoE experts'
+# down projections. proj_init='gpt2' scales their init.
+RESIDUAL_PROJECTIONS = ("c_proj.weight", ".w_down", ".shared_down")
 
 
 # Where a hidden state sits in the depth: effective-layer index (also the KV-cache slot), physical layer,
@@ -669,24 +682,33 @@ class GPT(nn.Module):
 
     def init_weights(self, seed=None):
         """Embeddings N(0, sigma^2); every other matrix N(0, sigma^2/w) (w = n_embd/d_base with muP, else 1),
-        or U(-a, a) with a = sqrt(3/fan_in) for init='uniform'; norm gains 1. Modules with an init of their own
-        (zero-initialised modulators, [I|0] injection, ...) define reset_special() and run last."""
+        or U(-a, a) with a = sqrt(3/fan_in) for init='uniform'; norm gains 1. Two overrides keep muP's 1/w:
+        head_init_std > 0: the head is N(0, head_init_std^2/w) (Schwethelm et al. 2026, arXiv:2604.21106, App. C.1,
+        "the LM head is N(0, 10^-3)": a standard deviation, as in nanochat, the code base they build on, whose
+        init_weights draws the head with std=0.001); proj_init='gpt2': the residual output projections (attention
+        and FFN c_proj, expert down projections) are N(0, sigma^2/(2 n_layer w)), GPT-2's rule as in LoopFormer's
+        released code (Jeddi et al. 2026, arXiv:2602.11451), where n_layer counts the unique layers of the shared
+        block, not the passes. Modules with an init of their own (zero-initialised modulators, [I|0] injection,
+        ...) define reset_special() and run last."""
         cfg = self.config
         if seed is not None:
             torch.manual_seed(seed)
-        std = cfg.init_std
+        std, w = cfg.init_std, cfg.mup_width_ratio
         for name, p in self.named_parameters():
             role = self.param_role(name, p)
             if role == "embed":
                 nn.init.normal_(p, 0.0, std)
-            elif role in ("hidden", "head"):
-                if cfg.init == "uniform":
-                    a = math.sqrt(3.0 / p.size(-1))
-                    nn.init.uniform_(p, -a, a)
-                else:
-                    nn.init.normal_(p, 0.0, std / math.sqrt(cfg.mup_width_ratio))
-            else:
+            elif role not in ("hidden", "head"):
                 nn.init.ones_(p)
+            elif role == "head" and cfg.head_init_std > 0:
+                nn.init.normal_(p, 0.0, cfg.head_init_std / math.sqrt(w))
+            elif cfg.proj_init == "gpt2" and name.endswith(RESIDUAL_PROJECTIONS):
+                nn.init.normal_(p, 0.0, std / math.sqrt(2 * cfg.n_layer * w))
+            elif cfg.init == "uniform":
+                a = math.sqrt(3.0 / p.size(-1))
+                nn.init.uniform_(p, -a, a)
+            else:
+                nn.init.normal_(p, 0.0, std / math.sqrt(w))
         for m in self.modules():
             if m is not self and hasattr(m, "reset_special"):
                 m.reset_special()

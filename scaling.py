@@ -168,6 +168,15 @@ def hyperconnection_flops(model, train=True):
 
 
 CONVENTIONS = ("lee", "schwethelm")
+# "schwethelm" against Schwethelm et al.'s Table 6 (tests/test_scaling.py): the unique parameters N(s, r) match
+# exactly. The token columns, captioned "for r=1", are cell by cell the counts of r = 1, 2 or 4 under this
+# accounting: 23 of the 29 cells to the printed 0.01B, among them the whole 2.15e19 column (r=4: s=34 2.519B for
+# the printed 2.52B, s=18 7.782B for 7.78B, where r=1 gives 2.588B and 7.965B); the other 6 within 0.40% of their
+# nearest variant, cause unknown. Readings tried against r=1 alone, max |relative error| over the 29 cells: this one
+# 2.70%; vocabulary unpadded (32,000 or 32,008) 2.71%; context T-1 2.71%; no head 18.7%; causal attention 6*d*T
+# instead of 12*d*T 25.1%; token embedding counted too 13.8%; 6*(N + 2dV) without attention 32.2%. No per-token
+# formula can fit r=1 alone: the same s=12 model's cells imply C/D = 1.389e9 FLOPs (4.64e18, +-0.15% from rounding)
+# and 1.4025e9 (1e19, +-0.07%).
 
 
 def flops_per_token(model, convention="lee", seq_len=None):

@@ -10,7 +10,8 @@
 #   Naive-Loop-EE     --loop_cond=none --elastic=random_depth
 #   Base (24 (x) 1)   --n_layer=24 --n_loop=1 --loop_cond=none --elastic=none
 # Elastic evaluation at budget M: model.set_schedule(M) or a list of step sizes (early_exit.py).
-# Not reproduced: the released code's c_proj init N(0, 0.02/sqrt(2*n_layer)) (here every matrix is N(0, 0.02)).
+# Init as the released code (the paper gives none): N(0, 0.02), attention and MLP c_proj N(0, 0.02^2/(2*n_layer))
+# with n_layer the unique blocks (3 here; 24 for Base 24 (x) 1, as its released config), modulators zero (the paper).
 n_layer = 3
 n_loop = 8
 n_embd = 2048
@@ -26,6 +27,7 @@ block_size = 1024
 mup = False
 init = "normal"
 init_std = 0.02
+proj_init = "gpt2"  # c_proj N(0, 0.02^2/(2*3)): GPT-2's rule in the released code
 loop_cond = "loopformer"
 cond_init = "zero"  # the paper; "normal" = the released code's effective init
 elastic = "shortcut"

@@ -12,6 +12,7 @@ norm_gain = True
 block_size = 128
 tokenizer = "byte"
 mup = False
+proj_init = "gpt2"  # c_proj N(0, 0.02^2/(2*n_layer)), as the released code
 loop_cond = "loopformer"
 elastic = "shortcut"
 trajectory_sampler = "uniform"  # the paper's (§3.3); the README's CPU checkpoints were trained with "greedy"

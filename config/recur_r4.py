@@ -1,36 +1,19 @@
 # Prelude / recur / coda looped model with the full training recipe of Schwethelm, Rueckert, Kaissis 2026 ("How
 # Much Is One Recurrence Worth?", arXiv:2604.21106) at s=10 (d=640), r=4: 2 + 4*4 + 2 = 20 effective layers.
-# Architecture (§3, App. C): linear input injection u = W[e||h] (W = [I|0] at init), RMSNorms after the embedding, at
-# the end of every pass and before the head; head size 128, squared-ReLU MLP 4d, QK-norm, RMSNorm gains, untied,
-# softcap 15, uniform init. Recipe (§4.2): MuonH (hypersphere Muon) for matrices at 0.014, AdamW for embedding /
-# head / norms at 0.3 / 0.004 / 0.005 (train.py --optimizer=muonh keeps these ratios to --lr), weight decay 0,
-# linear decay to 10%, HyperP LR = 0.014 * (D/D_ref)^-0.32 (D = training tokens), batch 262,144 tokens.
+# Architecture (§3, App. C; config/isodepth.py): linear input injection u = W[e||h] (W = [I|0] at init), RMSNorms
+# after the embedding, at the end of every pass and before the head; head size 128, squared-ReLU MLP 4d, QK-norm,
+# RMSNorm gains, untied, softcap 15, uniform init, head N(0, 1e-3). Recipe (§4.2): MuonH (hypersphere Muon) for
+# matrices at 0.014, AdamW for embedding / head / norms at 0.3 / 0.004 / 0.005 (train.py --optimizer=muonh keeps
+# these ratios to --lr), weight decay 0, linear decay to 10%, HyperP LR = 0.014 * (D/D_ref)^-0.32 (D = training
+# tokens), batch 262,144 tokens.
 # Other r: --n_loop=2 --n_layer=8 | --n_loop=8 --n_layer=2 | r=1: --n_loop=1 --n_layer=16 (20 unshared layers).
 # Probes (§5): truncated BPTT --bptt_loops=2 (ceil(r/2)); hyper-connections --injection=none --hc_lanes=2.
 # Injection ablation (App. C.2): --injection=additive | --injection=none (passthrough).
 # The Llama-2 tokenizer (vocab 32,008 -> 32,064) is not available offline: train.py replaces vocab_size by the
 # data's tokenizer (GPT-2 or bytes); scaling.py count config/recur_r4.py keeps the paper's vocabulary.
-n_embd = 640  # d = 64*s, s = 10
-n_prelude = 2
-n_layer = 4  # 16 / r
-n_loop = 4  # r
-n_coda = 2
-injection = "linear"
-loop_norm = True
-head_dim = 128
-mlp = "relu2"
-d_ff = 0  # 4d for relu2
-qk_norm = True
-norm_gain = True
-tie_embeddings = False
-logit_softcap = 15.0
-init = "uniform"  # attention/MLP U(-a, a), a = sqrt(3/fan_in); mlp.c_proj then gets sqrt(3/(4d))
-init_std = 1.0  # the embedding is N(0, 1) [the paper's head N(0, 1e-3) is not expressible yet: head gets U(-a, a)]
-mup = False
-vocab_size = 32008  # Llama-2 tokenizer (replaced by the data's vocabulary when training)
-vocab_pad_multiple = 64  # 32,008 -> 32,064
-block_size = 2048
-flops_convention = "schwethelm"
+import os
+
+exec(open(os.path.join(os.path.dirname(__file__), "isodepth.py")).read())  # the architecture, init, FLOP convention
 # ---- recipe ----
 optimizer = "muonh"
 batch_size = 16

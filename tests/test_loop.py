@@ -604,6 +604,49 @@ def test_execution_counts_for_accounting():
 
 
 # -----------------------------------------------------------------------------------------------------------------
+# the papers' inits, as their presets set them
+
+
+def preset(name, **overrides):
+    """GPTConfig of config/<name>.py plus overrides, read as train.py reads it."""
+    from configurator import configure
+    from scaling import cli_arg, train_defaults
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    argv = [os.path.join(root, "config", name + ".py")] + [cli_arg(k, v) for k, v in overrides.items()]
+    return configure(train_defaults(), GPTConfig, argv)[1]
+
+
+@pytest.mark.parametrize("name,overrides", [("isodepth", dict(n_embd=256)), ("recur_r4", dict(n_embd=256)),
+                                            ("recur_cpu", {})])
+def test_schwethelm_head_init_gives_initial_loss_ln_v(name, overrides):
+    """Schwethelm et al. 2026 (arXiv:2604.21106, App. C.1): "the LM head is N(0, 10^-3)", read as std 1e-3 (nanochat's
+    std=0.001): the head starts at std 1e-3 and the initial loss at ln V (the variance reading, std 0.032, would add
+    ~0.13 nats at d=256; the uniform init of the other matrices, std 1/sqrt(d), ~0.5)."""
+    cfg = preset(name, **overrides)
+    model = build_model(cfg).init_weights(0)
+    assert model.lm_head.weight.std().item() == pytest.approx(1e-3, rel=0.02)
+    idx = torch.randint(0, cfg.vocab_size, (2, 32), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        _, loss, _ = model(idx, idx)
+    assert abs(loss.item() - math.log(cfg.padded_vocab)) < 0.02
+
+
+@pytest.mark.parametrize("name,overrides,n_layer", [("loopformer", dict(n_embd=128, d_ff=512), 3),
+                                                    ("loopformer", dict(n_embd=128, d_ff=512, n_layer=24, n_loop=1,
+                                                                        loop_cond="none", elastic="none"), 24),
+                                                    ("loopformer_cpu", {}, 2)])
+def test_loopformer_presets_scale_output_projections(name, overrides, n_layer):
+    """LoopFormer's released code (Jeddi et al. 2026, arXiv:2602.11451): every matrix N(0, 0.02), the attention and
+    MLP c_proj N(0, 0.02^2/(2 n_layer)) with n_layer its config's unique blocks (3 for the 3 (x) 8 model, 24 for
+    Base 24 (x) 1)."""
+    model = build_model(preset(name, **overrides)).init_weights(0)
+    block = model.blocks[0]
+    for p in (block.attn.c_proj.weight, block.ffn.c_proj.weight):
+        assert p.std().item() == pytest.approx(0.02 / math.sqrt(2 * n_layer), rel=0.02)
+    assert block.attn.c_q.weight.std().item() == pytest.approx(0.02, rel=0.02)
+
+
+# -----------------------------------------------------------------------------------------------------------------
 # building and bad input
 
 

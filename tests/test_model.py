@@ -106,6 +106,34 @@ def test_mup_init_variances_and_lr_groups():
         assert n_grouped == len(list(m.parameters()))
 
 
+
+@pytest.mark.parametrize("mup", [True, False])
+def test_head_and_projection_init_keys_keep_mup(mup):
+    """head_init_std and proj_init='gpt2' set the base-width std; muP still divides the variance by w = d/128."""
+    cfg = GPTConfig(vocab_size=4096, n_layer=2, n_embd=512, head_dim=64, d_ff=1024, mup=mup, init_std=0.02,
+                    head_init_std=0.01, proj_init="gpt2", n_expert=4, moe_d_ff=256, n_shared_expert=1,
+                    moe_first_dense=1)  # layer 0 dense, layer 1 MoE
+    m = GPT(cfg).init_weights(seed=1)
+    w = 4.0 if mup else 1.0
+    assert m.lm_head.weight.std().item() == pytest.approx(0.01 / math.sqrt(w), rel=0.02)
+    proj = 0.02 / math.sqrt(2 * 2 * w)  # GPT-2's residual-projection rule, n_layer = 2
+    for p in (m.blocks[0].attn.c_proj.weight, m.blocks[0].ffn.c_proj.weight, m.blocks[1].ffn.w_down,
+              m.blocks[1].ffn.shared_down):
+        assert p.std().item() == pytest.approx(proj, rel=0.02)
+    assert m.blocks[0].attn.c_q.weight.std().item() == pytest.approx(0.02 / math.sqrt(w), rel=0.02)
+    uniform = GPT(GPTConfig(vocab_size=4096, n_embd=512, init="uniform", head_init_std=0.01, mup=mup)).init_weights(1)
+    assert uniform.lm_head.weight.std().item() == pytest.approx(0.01 / math.sqrt(w), rel=0.02)  # normal head
+    assert uniform.blocks[0].attn.c_q.weight.abs().max().item() <= math.sqrt(3 / 512)  # U(-a, a) elsewhere
+
+
+def test_init_keys_refuse_what_they_cannot_honour():
+    with pytest.raises(ValueError, match="head_init_std needs an untied head"):
+        GPTConfig(tie_embeddings=True, head_init_std=1e-3)
+    with pytest.raises(ValueError, match="proj_init='gpt2' scales the normal init"):
+        GPTConfig(init="uniform", proj_init="gpt2")
+    with pytest.raises(ValueError, match="proj_init must be default|gpt2"):
+        GPTConfig(proj_init="gpt-2")
+
 def test_loss_is_cross_entropy_and_initial_loss_near_uniform():
     m = tiny()
     idx = torch.randint(0, 97, (4, 16))
