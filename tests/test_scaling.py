@@ -151,7 +151,6 @@ TABLE6_VARIANT = {6: (1, 1), 8: (1, 2, 1), 10: (1, 1, 2, 2), 12: (1, 2, 2, 2, 4)
 TABLE6_INEXACT = {(6, 1e18), (10, 2.15e18), (10, 4.64e18), (16, 4.64e18), (16, 1e19), (24, 1e19)}
 
 
-@needs_loop
 @pytest.mark.parametrize("s", sorted(SCHWETHELM_TOKENS))
 def test_schwethelm_table6_tokens(s):
     for C, paper, r in zip(BUDGETS, SCHWETHELM_TOKENS[s], TABLE6_VARIANT[s]):
@@ -165,7 +164,6 @@ def test_schwethelm_table6_tokens(s):
             assert abs(ours - paper) <= 0.005, (s, C, r, ours, paper)
 
 
-@needs_loop
 def test_isodepth_preset_counts_in_its_papers_convention(monkeypatch):
     """config/isodepth.py sets flops_convention='schwethelm': `scaling.py count` without the flag gives Table 6's
     s=34 cell at 2.15e19 (2.52B tokens, r=4 as the preset); --flops_convention=lee still overrides the preset."""
