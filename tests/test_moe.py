@@ -593,13 +593,14 @@ def test_rebalance_restores_rho_at_fixed_flops_and_params():
         moe.rebalance(GPTConfig(n_expert=4), 1.0, 2.0)
 
 
-@pytest.mark.parametrize("loop_cond", ["index", "loopformer", "iteradaln"])
-def test_conditioning_counts_match_the_modules(loop_cond):
+@pytest.mark.parametrize("loop_cond,sandwich_norm", [("index", True), ("loopformer", False), ("iteradaln", True),
+                                                     ("iteradaln", False)])
+def test_conditioning_counts_match_the_modules(loop_cond, sandwich_norm):
     """capacity_report counts the per-loop conditioning: N is the built model's params, F what scaling.py's module
     walk says a token executes (IterAdaLN's modulators at every pass; the adaLN modulators of TMLT and LoopFormer
     once per sequence, 0 per token). The loose reading leaves exactly the modulators' per-token work out of F."""
     cfg = small_config(n_layer=2, n_loop=3, n_prelude=1, n_coda=1, moe_first_dense=1, loop_cond=loop_cond,
-                       norm_gain=True, sandwich_norm=True)
+                       norm_gain=True, sandwich_norm=sandwich_norm)
     with torch.device("meta"):
         model = build_model(cfg)
     cond = moe.conditioning_params(cfg)
