@@ -58,9 +58,11 @@ Counters and records:
   `layer` is the physical layer index, `loop` the loop index that loop.py sets on the module before each call.
 
 Capacity balancing (Chen et al. 2026, arXiv:2606.04438, §3.4): capacity_report() gives the attention/FFN active
-ratio rho, stored params N and per-token active (FLOP) params F from the config; unique_experts_per_token() measures
-how many distinct experts a token touches over the loop iterations from routing records; rebalance() raises the
-MLA ranks and shrinks the expert width at fixed F until rho reaches a target, then adds experts to restore N.
+ratio rho, stored params N and per-token executed (FLOP) params F from the config; unique_experts_per_token()
+measures how many distinct experts a token touches over the loop iterations from routing records; match_flops()
+fits the expert width to a target F and the expert count to a target N; rebalance() scales the MLA ranks, with the
+expert width refitted at fixed F, until rho reaches a target, then restores N. F is strict by default: it counts
+everything a token executes, IterAdaLN's modulators included (count_conditioning=False: the backbone only).
 """
 import contextlib
 import dataclasses
@@ -451,40 +453,66 @@ def dense_ffn_params(config):
 
 
 def layer_plan(config):
-    """One entry per physical layer in model.blocks order (prelude, loop body, coda): (is_moe, runs per forward)."""
+    """One entry per physical layer in model.blocks order (prelude, loop body, coda): (is_moe, runs per forward,
+    shared: a layer of the loop body)."""
     n_pre, n_coda = config.n_prelude, config.n_coda
     runs = [1] * n_pre + [config.n_loop] * config.n_layer + [1] * n_coda
-    return [(config.n_expert > 0 and i >= config.moe_first_dense, r) for i, r in enumerate(runs)]
+    return [(config.n_expert > 0 and i >= config.moe_first_dense, r, n_pre <= i < n_pre + config.n_layer)
+            for i, r in enumerate(runs)]
 
 
-def capacity_report(config, unique_experts=None):
+def conditioning_params(config):
+    """Per-loop conditioning of the loop body (loop.py, loop_cond): dict(embedders = stored params of the loop
+    embedders (once per model), modulator = stored params of one shared layer's modulator, executed = the params of
+    that modulator a token computes with at each pass). Checked against the modules in tests/test_moe.py.
+    - iteradaln (Chen et al. 2026, arXiv:2606.04438, §3.3, Eqs. 3-7): the token stream Linear(C, C) and the output
+      Linear(C, 3C) of the attention branch, Linear(C, C) and Linear(C, 2C) of the MoE branch, run on every token's
+      state at every pass: about 7C^2 executed params per token per shared layer and pass.
+    - index / loopformer: an adaLN Linear(C, 4C) on the pass's embedding, once per pass and sequence: 0 per token.
+    The loop embedders (sinusoidal(256) -> Linear -> SiLU -> Linear) also run once per pass and sequence."""
+    C, kind = config.n_embd, config.loop_cond
+    if kind == "none":
+        return dict(embedders=0, modulator=0, executed=0)
+    embedders = (2 if kind == "loopformer" else 1) * (256 * C + C + C * C + C)  # loopformer embeds t and dt
+    if kind == "iteradaln":
+        modulator = (C * C + C * 3 * C + 3 * C) + (C * C + C * 2 * C + 2 * C)  # attention branch + MoE branch
+        return dict(embedders=embedders, modulator=modulator, executed=modulator)
+    return dict(embedders=embedders, modulator=4 * C * C + 4 * C, executed=0)
+
+
+def capacity_report(config, unique_experts=None, count_conditioning=True):
     """Active capacity of a configuration (Chen et al. 2026, §3.4): per-token unique attention params A_attn,
-    per-token unique FFN params A_ffn, rho = A_attn/A_ffn, stored params N (embeddings included, router included,
-    per-loop conditioning excluded) and per-token executed params F (the FLOPs proxy, 2F per token forward).
-    Attention weights are reused across loops, so they count once in A_attn; a shared MoE layer run K times
+    per-token unique FFN params A_ffn, rho = A_attn/A_ffn, stored params N (everything the model stores:
+    embeddings, routers, per-loop conditioning) and per-token executed params F (the FLOPs proxy, 2F per token
+    forward). Attention weights are reused across loops, so they count once in A_attn; a shared MoE layer run K times
     touches `unique_experts` distinct routed experts per token (measured with unique_experts_per_token, default
-    top_k, i.e. no new experts after the first pass) plus its shared experts. Shared experts count in A_ffn."""
-    k, s = config.top_k, config.n_shared_expert
+    top_k, i.e. no new experts after the first pass) plus its shared experts. Shared experts count in A_ffn.
+    count_conditioning: whether F counts the per-token work of the per-loop conditioning (IterAdaLN's modulators,
+    conditioning_params). Chen et al. match F without saying whether it includes them; True (the default) is the
+    strict reading, a token's FLOPs are everything it executes; False the loose one, F of the backbone only."""
+    k, s, C = config.top_k, config.n_shared_expert, config.n_embd
     u = k if unique_experts is None else unique_experts
     a, dense = attention_params(config), dense_ffn_params(config)
     e = expert_params(config) if config.n_expert else 0
-    router = config.n_embd * config.n_expert
-    gains = config.n_embd * (4 if config.sandwich_norm else 2) if config.norm_gain else 0  # block RMSNorm gains
+    router = C * config.n_expert
+    cond = conditioning_params(config)
+    executed_cond = cond["executed"] if count_conditioning else 0
     A_attn = A_ffn = N = Fx = 0
-    for is_moe, runs in layer_plan(config):
+    for is_moe, runs, shared in layer_plan(config):
+        modulated = shared and config.loop_cond != "none"
+        # block RMSNorm gains: pre-norms (+ output norms with sandwich norm); a modulated layer's pre-norms have
+        # none, the modulation supplies their scale (loop.py)
+        gains = C * ((4 if config.sandwich_norm else 2) - (2 if modulated else 0)) if config.norm_gain else 0
+        ffn = router + (config.n_expert + s) * e if is_moe else dense
+        ffn_run = router + (s + k) * e if is_moe else dense
         A_attn += a
-        if is_moe:
-            A_ffn += (s + (u if runs > 1 else k)) * e
-            N += a + gains + router + (config.n_expert + s) * e
-            Fx += runs * (a + gains + router + (s + k) * e)
-        else:
-            A_ffn += dense
-            N += a + gains + dense
-            Fx += runs * (a + gains + dense)
-    outer = config.padded_vocab * config.n_embd * (1 if config.tie_embeddings else 2)
-    outer += config.n_embd if config.norm_gain else 0  # final norm
-    outer += config.block_size * config.n_embd if config.pos_emb == "learned" else 0
-    return dict(A_attn=A_attn, A_ffn=A_ffn, rho=A_attn / A_ffn, N=N + outer, F=Fx + outer,
+        A_ffn += (s + (u if runs > 1 else k)) * e if is_moe else dense
+        N += a + gains + ffn + (cond["modulator"] if modulated else 0)
+        Fx += runs * (a + gains + ffn_run + (executed_cond if modulated else 0))
+    outer = config.padded_vocab * C * (1 if config.tie_embeddings else 2)
+    outer += C if config.norm_gain else 0  # final norm
+    outer += config.block_size * C if config.pos_emb == "learned" else 0
+    return dict(A_attn=A_attn, A_ffn=A_ffn, rho=A_attn / A_ffn, N=N + outer + cond["embedders"], F=Fx + outer,
                 unique_experts=u)
 
 
@@ -494,8 +522,8 @@ def _round(x, multiple):
 
 def match_params(config, target_params, extra_params=0):
     """Set n_expert so that the stored params (capacity_report N + extra_params) come closest to target_params
-    (step 3 of LoopMoE's capacity balancing: the routed expert pool restores N, F does not change)."""
-    n_moe = sum(is_moe for is_moe, _ in layer_plan(config))
+    (step 3 of LoopMoE's capacity balancing: the routed expert pool restores N; F changes only by the router)."""
+    n_moe = sum(is_moe for is_moe, _, _ in layer_plan(config))
     if n_moe == 0:
         raise ValueError("match_params: the config has no MoE layers")
     per_expert = n_moe * (expert_params(config) + config.n_embd)  # one more expert in every MoE layer (+ router row)
@@ -507,55 +535,85 @@ def match_params(config, target_params, extra_params=0):
     return dataclasses.replace(config, n_expert=n_expert)
 
 
-def rebalance(config, target_rho, unique_experts, target_params=None, extra_params=0, multiple=8):
-    """LoopMoE's capacity balancing (Chen et al. 2026, arXiv:2606.04438, §3.4): raise the MLA query and key/value
-    latent ranks (A_attn up) and shrink every expert's hidden size (A_ffn down) while keeping the per-token
-    executed params F (hence FLOPs) fixed and top_k fixed, until rho = A_attn/A_ffn reaches target_rho; then add
-    routed experts until the stored params reach target_params (default: the input config's). Ranks and widths
-    are rounded to `multiple`, so rho and F land close to, not exactly on, their targets.
-    unique_experts: distinct routed experts per token over the loop (unique_experts_per_token, or
-    independent_unique_experts as an upper-bound estimate). Returns the new GPTConfig."""
-    if config.attn != "mla" or config.n_expert == 0:
-        raise ValueError("rebalance needs an MoE model with attn='mla' (it raises the MLA latent ranks)")
-    before = capacity_report(config, unique_experts)
-    target_params = before["N"] + extra_params if target_params is None else target_params
+def fit_expert_width(config, target_flops, count_conditioning=True, multiple=8):
+    """The config with the expert hidden size (moe_d_ff, routed and shared experts alike) that brings the per-token
+    executed params F (capacity_report) closest to target_flops, rounded to `multiple`; None if the experts would
+    be narrower than `multiple`. F is linear in the expert width: every MoE run computes top_k + n_shared_expert
+    experts of (3 for SwiGLU, else 2) * n_embd params per unit of width."""
     H0 = expert_hidden(config)
-    plan = layer_plan(config)
-    moe_runs = sum(runs for is_moe, runs in plan if is_moe)
-    per_hidden = (3 if config.mlp == "swiglu" else 2) * config.n_embd  # expert params per unit of hidden size
+    config = dataclasses.replace(config, moe_d_ff=H0)
+    moe_runs = sum(runs for is_moe, runs, _ in layer_plan(config) if is_moe)
+    per_hidden = moe_runs * (config.top_k + config.n_shared_expert) * expert_params(config) // H0
+    hidden = H0 + (target_flops - capacity_report(config, count_conditioning=count_conditioning)["F"]) / per_hidden
+    if hidden < multiple:
+        return None
+    return dataclasses.replace(config, moe_d_ff=_round(hidden, multiple))
+
+
+def match_flops(config, target_flops, target_params, extra_params=0, count_conditioning=True, multiple=8):
+    """Match a rung to its reference at fixed top_k (Chen et al. 2026, arXiv:2606.04438, §3.4: N = N*, F = F*):
+    the expert width pays for whatever else the rung executes per token (fit_expert_width: IterAdaLN's modulators,
+    the larger MLA ranks of rebalance), then the routed expert count restores the stored params (match_params).
+    Repeated until neither moves: more experts widen the routers, which costs a little F."""
+    seen = []
+    while config not in seen:
+        seen.append(config)
+        fitted = fit_expert_width(config, target_flops, count_conditioning, multiple)
+        if fitted is None:
+            raise ValueError(f"match_flops: F={target_flops} cannot pay for this config's other per-token work "
+                             f"(the experts would be narrower than {multiple}); raise the target or drop a module")
+        config = match_params(fitted, target_params, extra_params)
+    return config
+
+
+def rebalance(config, target_rho, unique_experts, target_params=None, target_flops=None, extra_params=0,
+              count_conditioning=True, multiple=8):
+    """LoopMoE's capacity balancing (Chen et al. 2026, arXiv:2606.04438, §3.4): scale the MLA query and key/value
+    latent ranks by one factor t and refit every expert's hidden size so that the per-token executed params F stay
+    at target_flops (fit_expert_width; default: the input config's F), top_k fixed, until rho = A_attn/A_ffn
+    reaches target_rho; then add routed experts until the stored params reach target_params (match_flops; default:
+    the input config's). t > 1 (A_attn up, A_ffn down) where looping lowered rho, the paper's case; t < 1 where rho
+    is above the target, e.g. after narrow experts paid for IterAdaLN's modulators at fixed F. Ranks and widths are
+    rounded to `multiple`, so rho and F land close to, not exactly on, their targets.
+    unique_experts: distinct routed experts per token over the loop (unique_experts_per_token, or
+    independent_unique_experts as an upper-bound estimate). count_conditioning: see capacity_report.
+    Returns the new GPTConfig."""
+    if config.attn != "mla" or config.n_expert == 0:
+        raise ValueError("rebalance needs an MoE model with attn='mla' (it scales the MLA latent ranks)")
+    before = capacity_report(config, unique_experts, count_conditioning)
+    target_params = before["N"] + extra_params if target_params is None else target_params
+    target_flops = before["F"] if target_flops is None else target_flops
 
     def candidate(t):
-        """Ranks scaled by t, expert width chosen so that F stays at its value before."""
+        """Ranks scaled by t, then the expert width and count matched to F and N (None if the experts vanish)."""
         ranks = dict(kv_lora_rank=_round(config.kv_lora_rank * t, multiple))
         if config.q_lora_rank:
             ranks["q_lora_rank"] = _round(config.q_lora_rank * t, multiple)
-        cfg = dataclasses.replace(config, moe_d_ff=H0, **ranks)
-        dF = capacity_report(cfg, unique_experts)["F"] - before["F"]
-        hidden = H0 - dF / (moe_runs * (config.top_k + config.n_shared_expert) * per_hidden)
-        if hidden < multiple:
+        try:
+            return match_flops(dataclasses.replace(config, **ranks), target_flops, target_params, extra_params,
+                               count_conditioning, multiple)
+        except ValueError:
             return None
-        return dataclasses.replace(cfg, moe_d_ff=_round(hidden, multiple))
 
-    if before["rho"] >= target_rho:
-        new = dataclasses.replace(config, moe_d_ff=H0)
-    else:
-        lo, hi = 1.0, 2.0
-        while True:  # grow the bracket until rho passes the target (or the experts would vanish)
-            c = candidate(hi)
-            if c is None:
-                raise ValueError(f"rebalance: target rho={target_rho:.3g} is out of reach at fixed FLOPs "
-                                 f"(rho={before['rho']:.3g} now); lower the target or add attention heads")
-            if capacity_report(c, unique_experts)["rho"] >= target_rho:
-                break
+    def reached(t):  # rho grows with t; a candidate whose experts vanished has gone past the target
+        c = candidate(t)
+        return c is None or capacity_report(c, unique_experts)["rho"] >= target_rho
+
+    lo, hi = 1.0, 1.0
+    if reached(1.0):  # lower the ranks until rho falls below the target
+        while reached(lo):
+            if config.kv_lora_rank * lo < multiple and config.q_lora_rank * lo < multiple:
+                raise ValueError(f"rebalance: target rho={target_rho:.3g} is out of reach at fixed FLOPs even "
+                                 f"with ranks of {multiple}; raise the target or the expert budget")
+            lo, hi = lo / 2, lo
+    else:  # raise the ranks until rho passes the target
+        while not reached(hi):
             lo, hi = hi, hi * 2
-        for _ in range(40):  # bisection on the rank scale
-            mid = (lo + hi) / 2
-            c = candidate(mid)
-            if c is not None and capacity_report(c, unique_experts)["rho"] >= target_rho:
-                hi = mid
-            else:
-                lo = mid
-        lo_cfg, hi_cfg = candidate(lo), candidate(hi)
-        options = [c for c in (lo_cfg, hi_cfg) if c is not None]
-        new = min(options, key=lambda c: abs(capacity_report(c, unique_experts)["rho"] - target_rho))
-    return match_params(new, target_params, extra_params)
+        if candidate(hi) is None:
+            raise ValueError(f"rebalance: target rho={target_rho:.3g} is out of reach at fixed FLOPs "
+                             f"(rho={before['rho']:.3g} now); lower the target or add attention heads")
+    for _ in range(40):  # bisection on the rank scale
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if reached(mid) else (mid, hi)
+    options = [c for c in (candidate(lo), candidate(hi)) if c is not None]
+    return min(options, key=lambda c: abs(capacity_report(c, unique_experts)["rho"] - target_rho))

@@ -1,10 +1,10 @@
-# Vanilla MoE: the matched non-looped reference of LoopMoE's ablation (Chen et al. 2026, arXiv:2606.04438, §3.4,
-# Table 3): 12 layers of MLA + fine-grained MoE (top-6 routed + 1 shared expert, sigmoid router with bias balancing
-# and the sequence-wise loss, DeepSeek-V3 style), the first layer dense, sandwich norm. Paper scale, 3B total: the
-# paper's widths, ranks and expert counts (its Table 5) are not recoverable; the backbone numbers below are inferred
-# [inferred], chosen for ~3.0B total / ~0.9B active params. Generated with moe.match_params / moe.rebalance
-# (tests/test_moe.py checks the matching): stored params 3057.676M, per-token params 894.988M, rho 0.462 (Vanilla
-# rho* 0.462).
+# Vanilla MoE: the matched non-looped reference of LoopMoE's ablation (Chen et al. 2026, arXiv:2606.04438, §3.4, Table
+# 3): 12 layers of MLA + fine-grained MoE (top-6 routed + 1 shared expert, sigmoid router with bias balancing and the
+# sequence-wise loss, DeepSeek-V3 style), the first layer dense, sandwich norm. Paper scale, 3B total: the paper's
+# widths, ranks and expert counts (its Table 5) are not recoverable; the backbone numbers below are inferred [inferred],
+# chosen for ~3.0B total / ~0.9B active params. The rungs above it match its stored params N* = 3057.676M and per-token
+# executed params F* = 894.988M (strict: everything a token executes; 2F* FLOPs forward) at the same top_k; rho* = 0.462
+# (tests/test_moe.py measures the matching).
 n_layer = 12
 sandwich_norm = True
 norm_gain = True

@@ -1,9 +1,9 @@
-# Vanilla MoE: the matched non-looped reference of LoopMoE's ablation (Chen et al. 2026, arXiv:2606.04438, §3.4,
-# Table 3): 6 layers of MLA + fine-grained MoE (top-6 routed + 1 shared expert, sigmoid router with bias balancing
-# and the sequence-wise loss, DeepSeek-V3 style), the first layer dense, sandwich norm. CPU scale, trains in
-# minutes: python train.py config/loopmoe_vanilla_cpu.py (paper scale: config/loopmoe_vanilla.py). Generated with
-# moe.match_params / moe.rebalance (tests/test_moe.py checks the matching): stored params 2.083M, per-token params
-# 1.161M, rho 0.398 (Vanilla rho* 0.398).
+# Vanilla MoE: the matched non-looped reference of LoopMoE's ablation (Chen et al. 2026, arXiv:2606.04438, §3.4, Table
+# 3): 6 layers of MLA + fine-grained MoE (top-6 routed + 1 shared expert, sigmoid router with bias balancing and the
+# sequence-wise loss, DeepSeek-V3 style), the first layer dense, sandwich norm. CPU scale, trains in minutes: python
+# train.py config/loopmoe_vanilla_cpu.py (paper scale: config/loopmoe_vanilla.py). The rungs above it match its stored
+# params N* = 2.083M and per-token executed params F* = 1.161M (strict: everything a token executes; 2F* FLOPs forward)
+# at the same top_k; rho* = 0.398 (tests/test_moe.py measures the matching).
 import os
 
 # the paper-scale file, then the CPU sizes

@@ -2,6 +2,7 @@
 
 The float64 per-token reference MoE lives here and only here; every dispatch path must match it (values and
 gradients), including empty experts, tied router scores and capacity drops."""
+import dataclasses
 import math
 import os
 import sys
@@ -10,10 +11,13 @@ import tempfile
 import pytest
 import torch
 import torch.nn.functional as F
+from torch.utils.flop_counter import FlopCounterMode
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import moe  # noqa: E402
+import scaling  # noqa: E402
+from loop import build_model  # noqa: E402
 from model import GPT, GPTConfig, MLP, MLA, KVCache  # noqa: E402
 
 PATHS = ["grouped", "batched", "loop"]
@@ -605,6 +609,49 @@ def test_rebalance_restores_rho_at_fixed_flops_and_params():
         moe.rebalance(GPTConfig(n_expert=4), 1.0, 2.0)
 
 
+@pytest.mark.parametrize("loop_cond,sandwich_norm", [("index", True), ("loopformer", False), ("iteradaln", True),
+                                                     ("iteradaln", False)])
+def test_conditioning_counts_match_the_modules(loop_cond, sandwich_norm):
+    """capacity_report counts the per-loop conditioning: N is the built model's params, F what scaling.py's module
+    walk says a token executes (IterAdaLN's modulators at every pass; the adaLN modulators of TMLT and LoopFormer
+    once per sequence, 0 per token). The loose reading leaves exactly the modulators' per-token work out of F."""
+    cfg = small_config(n_layer=2, n_loop=3, n_prelude=1, n_coda=1, moe_first_dense=1, loop_cond=loop_cond,
+                       norm_gain=True, sandwich_norm=sandwich_norm)
+    with torch.device("meta"):
+        model = build_model(cfg)
+    cond = moe.conditioning_params(cfg)
+    shared = [b for i, b in enumerate(model.blocks) if model.part(i) == "loop"]
+    assert cond["modulator"] == count(shared[0].modulator)
+    assert cond["embedders"] == sum(count(m) for m in (model.loop_embed, model.step_embed) if m is not None)
+    strict, loose = moe.capacity_report(cfg), moe.capacity_report(cfg, count_conditioning=False)
+    assert strict["N"] == loose["N"] == count(model)
+    assert strict["F"] == scaling.count_params(model)["params_active"]
+    per_token = cfg.n_loop * sum(count(b.modulator) for b in shared) if loop_cond == "iteradaln" else 0
+    assert strict["F"] - loose["F"] == per_token
+
+
+def test_match_flops_pays_for_iteradaln_and_rebalance_then_lowers_the_ranks():
+    """Strict FLOPs: the IterAdaLN rung pays for its modulators with narrower experts at the Vanilla MoE's F and N
+    (match_flops), which lifts rho above the Vanilla MoE's; rebalance then lowers the MLA ranks and widens the
+    experts at fixed F and N until rho is back at the target."""
+    vanilla, loop_base = ladder_configs()
+    target = moe.capacity_report(vanilla)
+    iteradaln = moe.match_flops(dataclasses.replace(loop_base, loop_cond="iteradaln"), target["F"], target["N"],
+                                multiple=4)
+    report = moe.capacity_report(iteradaln, unique_experts=7.0)
+    assert iteradaln.moe_d_ff < loop_base.moe_d_ff and iteradaln.n_expert > loop_base.n_expert
+    assert report["F"] == pytest.approx(target["F"], rel=0.02) and report["N"] == pytest.approx(target["N"], rel=0.01)
+    assert report["rho"] > 1.2 * target["rho"]
+    new = moe.rebalance(iteradaln, target["rho"], unique_experts=7.0, target_params=target["N"], multiple=4)
+    after = moe.capacity_report(new, unique_experts=7.0)
+    assert new.kv_lora_rank < iteradaln.kv_lora_rank and new.q_lora_rank < iteradaln.q_lora_rank
+    assert new.moe_d_ff > iteradaln.moe_d_ff and new.top_k == iteradaln.top_k
+    assert after["rho"] == pytest.approx(target["rho"], rel=0.1)
+    assert after["F"] == pytest.approx(target["F"], rel=0.02) and after["N"] == pytest.approx(target["N"], rel=0.01)
+    with pytest.raises(ValueError, match="match_flops"):
+        moe.match_flops(iteradaln, target["F"] / 2, target["N"])
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # presets
 
@@ -622,28 +669,65 @@ def load_preset(name):
 
 
 def stored(cfg):
-    from loop import build_model
     with torch.device("meta"):
         return count(build_model(cfg))
 
 
+def forward_flops(cfg, shape=(2, 16)):
+    """FLOPs of one forward of the built model on random tokens, as torch's FlopCounterMode counts them: matrix
+    products only (projections, experts, routers, modulators, loop embedders, head; not the attention scores, which
+    CPU SDPA computes in a kernel it does not count), no norms, activations, biases, routing sorts and gathers or
+    embedding lookups. A token's routed-expert FLOPs depend only on top_k, so a few tokens give the exact count."""
+    torch.manual_seed(0)
+    model = build_model(cfg).eval()
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        model(torch.randint(0, cfg.vocab_size, shape))
+    return counter.get_total_flops()
+
+
+def narrow(cfg, s=8):
+    """A paper preset at 1/s of its width (an MoE forward cannot run on the meta device) with the same per-token
+    FLOP proportions: n_embd, head dims, MLA ranks, expert and dense widths, vocabulary and expert count divided by
+    s, so that every matmul, the routers (n_embd x n_expert) included, costs 1/s^2 of its paper FLOPs. Depth, loops,
+    heads, top_k, shared experts and conditioning stay. Its params are not proportional: those are counted at full
+    size on the meta device."""
+    keys = ("n_embd", "head_dim", "rope_head_dim", "v_head_dim", "q_lora_rank", "kv_lora_rank", "moe_d_ff", "d_ff")
+    assert all(getattr(cfg, k) % s == 0 for k in keys)
+    return dataclasses.replace(cfg, **{k: getattr(cfg, k) // s for k in keys}, vocab_size=round(cfg.vocab_size / s),
+                               n_expert=round(cfg.n_expert / s))
+
+
 @pytest.mark.parametrize("suffix", ["", "_cpu"])
 def test_loopmoe_ladder_presets_are_matched(suffix):
-    """Chen et al. 2026 compare at equal total params and per-token FLOPs; LoopMoE also at the Vanilla MoE's rho."""
-    (vanilla, _), (loop_base, _), (iteradaln, _), (loopmoe, ns) = (load_preset(n + suffix) for n in LADDER)
-    target = moe.capacity_report(vanilla)
-    assert stored(vanilla) == target["N"]
-    for cfg in (loop_base, iteradaln, loopmoe):
+    """Chen et al. 2026 (arXiv:2606.04438, §3.4) compare at equal total params and per-token FLOPs, LoopMoE also at
+    the Vanilla MoE's rho. Strict reading: a token's FLOPs are everything it executes, IterAdaLN's modulators
+    included. Measured on the built models: params = numel (paper size, meta device), FLOPs = FlopCounterMode of a
+    real forward (the paper presets narrowed to 1/8 width); then the accounting alone at full size."""
+    rungs = [load_preset(n + suffix) for n in LADDER]
+    (vanilla, _), (loop_base, _), (iteradaln, _), (loopmoe, ns) = rungs
+    for cfg, _ in rungs[1:]:
         assert cfg.n_prelude + cfg.n_loop * cfg.n_layer + cfg.n_coda == vanilla.n_layer
-        assert stored(cfg) == pytest.approx(target["N"], rel=0.015)
-        assert moe.capacity_report(cfg)["F"] == pytest.approx(target["F"], rel=0.03)
+    flops = [forward_flops(narrow(cfg) if suffix == "" else cfg) for cfg, _ in rungs]
+    params = [stored(cfg) for cfg, _ in rungs]
+    assert [f / flops[0] for f in flops] == pytest.approx([1.0] * 4, abs=0.02)
+    assert [n / params[0] for n in params] == pytest.approx([1.0] * 4, abs=0.01)
+    # the accounting: capacity_report agrees with scaling.py's walk of the modules, and matches the rungs
+    target = moe.capacity_report(vanilla)
+    for (cfg, _), n in zip(rungs, params):
+        with torch.device("meta"):
+            counts = scaling.count_params(build_model(cfg))
+        report = moe.capacity_report(cfg)
+        assert (report["N"], report["F"]) == (n, counts["params_active"])
+        assert report["F"] == pytest.approx(target["F"], rel=0.02)
     u = ns["_unique_experts"]
     assert moe.capacity_report(loopmoe, u)["rho"] == pytest.approx(target["rho"], rel=0.03)
-    assert moe.capacity_report(iteradaln, u)["rho"] < 0.9 * target["rho"]
-    # the preset is what rebalance makes of the IterAdaLN rung
-    extra = stored(iteradaln) - moe.capacity_report(iteradaln)["N"]
-    again = moe.rebalance(iteradaln, target["rho"], u, target_params=target["N"], extra_params=extra,
-                          multiple=8 if suffix == "" else 2)
+    assert moe.capacity_report(iteradaln, u)["rho"] != pytest.approx(target["rho"], rel=0.1)  # balancing has work
+    # the presets are what match_flops and rebalance make (rounded as the presets were)
+    multiple = 8 if suffix == "" else 2
+    for cfg in (loop_base, iteradaln):
+        assert moe.match_flops(cfg, target["F"], target["N"], multiple=multiple) == cfg
+    again = moe.rebalance(iteradaln, target["rho"], u, target_params=target["N"], target_flops=target["F"],
+                          multiple=multiple)
     keys = ("n_expert", "moe_d_ff", "q_lora_rank", "kv_lora_rank")
     assert [getattr(again, k) for k in keys] == [getattr(loopmoe, k) for k in keys]
 
@@ -657,7 +741,6 @@ def test_sparse_cpu_presets_match_active_params(name):
 
 
 def test_records_carry_the_loop_index_of_a_looped_model():
-    from loop import build_model
     cfg = small_config(n_layer=2, n_loop=2, n_prelude=1, moe_first_dense=1)
     model = build_model(cfg).init_weights(0)
     with moe.record_routing(model) as records:
