@@ -229,8 +229,8 @@ def no_text(source, meta):
         return (f"{source} gave no training text ({n_docs} documents, all empty after tokenizing): put text in the "
                 "files or point data_source at others")
     if meta["val_fraction"] and meta["val_tokens"] == 0:
-        return (f"{source} gave no validation text ({meta['val_documents']} of {n_docs} documents held out, all "
-                "empty): raise val_fraction or add documents")
+        return (f"{source} gave no validation text ({meta['val_documents']} of {n_docs} documents held out, none with "
+                "tokens): raise val_fraction or add documents")
     return None
 
 
@@ -286,10 +286,13 @@ def hub_unreachable():
     return None
 
 
-def check_column(where, columns, text_column):
-    if text_column not in columns:
-        raise ValueError(f"{where} has no column {text_column!r} (its columns: {', '.join(columns)}): set "
-                         "--text_column to the one that holds the text")
+def check_column(where, types, text_column):
+    """types: {column name: type name} of a parquet file or a dataset; text_column must be one holding strings."""
+    if types.get(text_column) not in ("string", "large_string", "string_view"):
+        found = f"holds {types[text_column]}, not text" if text_column in types else "is missing"
+        raise ValueError(f"{where}: column {text_column!r} {found} (its columns: "
+                         f"{', '.join(f'{k} ({v})' for k, v in types.items())}): set --text_column to the one that "
+                         "holds the text")
 
 
 def open_stream(source, skip, text_column="text"):
@@ -303,13 +306,14 @@ def open_stream(source, skip, text_column="text"):
                 "another machine and use --source=files:/path/to/*.parquet (or *.txt).")
         import datasets  # imported here only: it costs ~1 s
         ds = datasets.load_dataset("HuggingFaceFW/fineweb-edu", name="sample-10BT", split="train", streaming=True)
-        if ds.column_names is not None:  # known from the Hub's dataset card
-            check_column(source, ds.column_names, text_column)
+        if ds.features is not None:  # known from the Hub's dataset card
+            check_column(source, {k: getattr(v, "dtype", type(v).__name__) for k, v in ds.features.items()},
+                         text_column)
         return (row[text_column] for row in ds.skip(skip))
     import pyarrow.parquet as pq  # local files: pyarrow (which datasets uses) imports in 0.3 s, datasets in 1+ s
     paths = match_files(source)[0]
     for path in paths:  # every file's schema up front (its footer), not after hours of streaming
-        check_column(path, pq.read_schema(path).names, text_column)
+        check_column(path, {f.name: str(f.type) for f in pq.read_schema(path)}, text_column)
     return parquet_texts(paths, text_column, skip)
 
 

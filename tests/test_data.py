@@ -280,9 +280,12 @@ def test_parquet_text_column(tmp_path, capsys):
     texts = [f"body {i} " * (i + 1) for i in range(20)]
     write_parquet(tmp_path / "a.parquet", id=list(range(20)), body=texts, title=[f"title {i}" for i in range(20)])
     source, out = f"files:{tmp_path}/*.parquet", str(tmp_path / "out")
-    with pytest.raises(ValueError, match=r"a.parquet has no column 'text' \(its columns: id, body, title\): set "
-                                         "--text_column"):
+    with pytest.raises(ValueError, match=r"a.parquet: column 'text' is missing \(its columns: id \(int64\), body "
+                                         r"\(string\), title \(string\)\): set --text_column"):
         data.ensure_data(out, source, "byte", val_fraction=0.2)
+    with pytest.raises(ValueError, match=r"a.parquet: column 'id' holds int64, not text"):
+        data.ensure_data(out, source, "byte", val_fraction=0.2, text_column="id")
+    assert not os.path.exists(f"{out}/progress.json")  # found before streaming: nothing to resume or delete
     data.ensure_data(out, source, "byte", text_column="body", val_fraction=0.2)
     assert byte_docs(out) == sorted(texts)
     data.ensure_data(out, source, "byte", text_column="title")
