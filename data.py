@@ -9,7 +9,8 @@ the fixed validation set.
 A prepared directory holds train.bin and val.bin (flat token arrays, uint16 for vocabularies up to 65,536, with
 the end-of-text token between documents) and meta.json, written last, so a directory with meta.json is complete.
 Sources: "offline" (= "kjv" + "shakespeare", public-domain English shipped by registry packages),
-"files:<glob>" (each text file a document; *.parquet files are streamed, one document per row of "text"),
+"files:<glob>" (each text file a document; parquet files, told by content, are streamed, one document per row of
+the text_column, "text" by default),
 "fineweb-edu" (streamed, resumable). train.py calls ensure_data(), so a fresh machine needs no extra step.
 """
 import functools
@@ -129,11 +130,47 @@ def load_documents(source):
     if source == "shakespeare":
         return shakespeare_documents()
     if source.startswith("files:"):
-        paths = sorted(glob.glob(source[len("files:"):], recursive=True))
-        if not paths:
-            raise FileNotFoundError(f"no files match {source[len('files:'):]!r}")
-        return [("files", p, open(p, encoding="utf-8", errors="replace").read()) for p in paths]
+        return [("files", p, open(p, encoding="utf-8", errors="replace").read()) for p in match_files(source)[0]]
     raise ValueError(f"unknown source {source!r}: use offline, kjv, shakespeare, files:<glob> or fineweb-edu")
+
+
+def is_parquet(path):
+    with open(path, "rb") as f:
+        return f.read(4) == b"PAR1"  # every parquet file starts (and ends) with these magic bytes
+
+
+def match_files(source):
+    """The files of a files:<glob> source, sorted, and their format: "parquet" or "text", told by content (not by
+    name), so a parquet file is never tokenized as raw bytes. A glob matching both kinds is refused."""
+    pattern = source[len("files:"):]
+    paths = sorted(p for p in glob.glob(pattern, recursive=True) if os.path.isfile(p))
+    if not paths:
+        raise FileNotFoundError(f"no files match {pattern!r}: fix the glob in data_source=files:<glob>")
+    parquet = [p for p in paths if is_parquet(p)]
+    text = sorted(set(paths) - set(parquet))
+    misnamed = [p for p in text if p.endswith(".parquet")]
+    if misnamed:
+        raise ValueError(f"{misnamed[0]} is named .parquet but is not a parquet file (it does not start with PAR1; "
+                         "a partial download?): download it again or remove it")
+    if parquet and text:
+        raise ValueError(f"{pattern!r} matches both parquet files ({len(parquet)}, e.g. {parquet[0]}) and text files "
+                         f"({len(text)}, e.g. {text[0]}): use a glob that matches only one kind")
+    return paths, "parquet" if parquet else "text"
+
+
+def prepared_from(source, text_column="text"):
+    """What a prepared directory's tokens depend on besides source and tokenizer, recorded in its meta.json: for
+    files:<glob>, the matched files' identity (a sha1 of each file's absolute path, size and mtime_ns: no content
+    hash, which would read gigabytes on every start) and format; for sources read by column, the column."""
+    origin = {}
+    if source.startswith("files:"):
+        paths, fmt = match_files(source)
+        stats = [(os.path.abspath(p), os.stat(p).st_size, os.stat(p).st_mtime_ns) for p in paths]
+        origin.update(n_files=len(paths), files_sha1=hashlib.sha1(json.dumps(stats).encode()).hexdigest(),
+                      format=fmt)
+    if source == "fineweb-edu" or origin.get("format") == "parquet":
+        origin["text_column"] = text_column
+    return origin
 
 
 def split_documents(docs, val_fraction, seed):
@@ -184,11 +221,27 @@ def write_tokens(path, docs, eot, dtype, max_tokens=None):
     return n, i
 
 
-def prepare(source="offline", out_dir=None, tokenizer="gpt2", val_fraction=0.01, max_tokens=None, seed=1337):
+def no_text(source, meta):
+    """Why the prepared tokens cannot train a model (no training or no validation text), or None. The separators
+    count: write_tokens and stream_tokens put an end-of-text token only after a document that had tokens."""
+    n_docs = meta["train_documents"] + meta["val_documents"]
+    if meta["train_tokens"] == 0:
+        return (f"{source} gave no training text ({n_docs} documents, all empty after tokenizing): put text in the "
+                "files or point data_source at others")
+    if meta["val_fraction"] and meta["val_tokens"] == 0:
+        return (f"{source} gave no validation text ({meta['val_documents']} of {n_docs} documents held out, none with "
+                "tokens): raise val_fraction or add documents")
+    return None
+
+
+def prepare(source="offline", out_dir=None, tokenizer="gpt2", val_fraction=0.01, max_tokens=None, seed=1337,
+            text_column="text"):
     """Tokenize a source into out_dir/{train,val}.bin + meta.json and return the meta dict.
-    max_tokens caps the training tokens (the validation set does not depend on it)."""
-    if source == "fineweb-edu" or (source.startswith("files:") and source.endswith(".parquet")):
-        return prepare_stream(source, out_dir, tokenizer, val_fraction, max_tokens, seed)
+    max_tokens caps the training tokens (the validation set does not depend on it). text_column: the column of
+    parquet files (and fineweb-edu) that holds the documents."""
+    origin = prepared_from(source, text_column)  # before any file is written: bad globs stop here
+    if source == "fineweb-edu" or origin.get("format") == "parquet":
+        return prepare_stream(source, out_dir, tokenizer, val_fraction, max_tokens, seed, text_column)
     out_dir = out_dir or default_data_dir(source, tokenizer)
     os.makedirs(out_dir, exist_ok=True)
     if os.path.exists(os.path.join(out_dir, "meta.json")):  # meta.json marks a complete directory: not any more
@@ -210,7 +263,9 @@ def prepare(source="offline", out_dir=None, tokenizer="gpt2", val_fraction=0.01,
     meta = dict(source=source, tokenizer=tok.name, vocab_size=tok.n_vocab, eot=tok.eot, dtype=np.dtype(dtype).name,
                 val_fraction=val_fraction, seed=seed, max_tokens=max_tokens, train_tokens=train_tokens,
                 val_tokens=val_tokens, train_documents=train_documents, val_documents=val_documents,
-                val_names=[d[1] for d, v in zip(docs, is_val) if v])
+                val_names=[d[1] for d, v in zip(docs, is_val) if v], **origin)
+    if no_text(source, meta):  # meta.json is not written: the next run prepares again
+        raise ValueError(no_text(source, meta))
     write_json(os.path.join(out_dir, "meta.json"), meta)
     print(f"{source} -> {out_dir}: {meta['train_tokens']:,} train + {meta['val_tokens']:,} val {tok.name} tokens "
           f"from {len(docs)} documents in {time.time() - t0:.1f}s")
@@ -231,8 +286,17 @@ def hub_unreachable():
     return None
 
 
-def open_stream(source, skip):
-    """An iterator over the source's document texts, starting after the first `skip` documents."""
+def check_column(where, types, text_column):
+    """types: {column name: type name} of a parquet file or a dataset; text_column must be one holding strings."""
+    if types.get(text_column) not in ("string", "large_string", "string_view"):
+        found = f"holds {types[text_column]}, not text" if text_column in types else "is missing"
+        raise ValueError(f"{where}: column {text_column!r} {found} (its columns: "
+                         f"{', '.join(f'{k} ({v})' for k, v in types.items())}): set --text_column to the one that "
+                         "holds the text")
+
+
+def open_stream(source, skip, text_column="text"):
+    """An iterator over the source's document texts (column text_column), starting after the first `skip`."""
     if source == "fineweb-edu":
         why = hub_unreachable()
         if why:
@@ -242,15 +306,32 @@ def open_stream(source, skip):
                 "another machine and use --source=files:/path/to/*.parquet (or *.txt).")
         import datasets  # imported here only: it costs ~1 s
         ds = datasets.load_dataset("HuggingFaceFW/fineweb-edu", name="sample-10BT", split="train", streaming=True)
-    else:
-        import datasets
-        files = sorted(glob.glob(source[len("files:"):], recursive=True))
-        ds = datasets.load_dataset("parquet", data_files=files, split="train", streaming=True)
-    return (row["text"] for row in ds.skip(skip))
+        if ds.features is not None:  # known from the Hub's dataset card
+            check_column(source, {k: getattr(v, "dtype", type(v).__name__) for k, v in ds.features.items()},
+                         text_column)
+        return (row[text_column] for row in ds.skip(skip))
+    import pyarrow.parquet as pq  # local files: pyarrow (which datasets uses) imports in 0.3 s, datasets in 1+ s
+    paths = match_files(source)[0]
+    for path in paths:  # every file's schema up front (its footer), not after hours of streaming
+        check_column(path, {f.name: str(f.type) for f in pq.read_schema(path)}, text_column)
+    return parquet_texts(paths, text_column, skip)
+
+
+def parquet_texts(paths, text_column, skip=0):
+    """The text_column of parquet files, row after row, after the first `skip` rows (whole files skipped unread)."""
+    import pyarrow.parquet as pq
+    for path in paths:
+        f = pq.ParquetFile(path)
+        if skip >= f.metadata.num_rows:
+            skip -= f.metadata.num_rows
+            continue
+        rows = (text for batch in f.iter_batches(columns=[text_column]) for text in batch.column(0).to_pylist())
+        yield from itertools.islice(rows, skip, None)
+        skip = 0
 
 
 def prepare_stream(source, out_dir=None, tokenizer="gpt2", val_fraction=0.01, max_tokens=None, seed=1337,
-                   texts_from=open_stream, chunk=1024):
+                   text_column="text", texts_from=open_stream, chunk=1024):
     """Stream documents into out_dir, resumably: tokens are appended to *.bin.partial every `chunk` documents,
     then progress.json records how far it got, so a killed run continues where it stopped."""
     if source == "fineweb-edu" and not max_tokens:
@@ -261,12 +342,14 @@ def prepare_stream(source, out_dir=None, tokenizer="gpt2", val_fraction=0.01, ma
     dtype = token_dtype(tok.n_vocab)
     part = {s: os.path.join(out_dir, f"{s}.bin.partial") for s in ("train", "val")}
     state_path = os.path.join(out_dir, "progress.json")
-    settings = dict(source=source, tokenizer=tok.name, val_fraction=val_fraction, seed=seed, max_tokens=max_tokens)
+    settings = dict(source=source, tokenizer=tok.name, val_fraction=val_fraction, seed=seed, max_tokens=max_tokens,
+                    **prepared_from(source, text_column))  # changed files or column: no resuming
     state = dict(settings, documents=0, train_tokens=0, val_tokens=0, train_documents=0, val_documents=0, done=False)
     if os.path.exists(state_path):
         with open(state_path) as f:
             saved = json.load(f)
-        if {k: saved[k] for k in settings} != settings:
+        saved = {"text_column": "text", **saved}  # older versions did not record it; they always read "text"
+        if {k: saved.get(k) for k in settings} != settings:
             raise ValueError(f"{out_dir} holds an unfinished prepare with other settings {saved}: delete it or pick "
                              "another out_dir")
         state = saved
@@ -274,12 +357,16 @@ def prepare_stream(source, out_dir=None, tokenizer="gpt2", val_fraction=0.01, ma
     elif os.path.exists(os.path.join(out_dir, "meta.json")):  # a fresh start: the old meta no longer describes it
         os.remove(os.path.join(out_dir, "meta.json"))
     if not state["done"]:
-        stream_tokens(state, part, texts_from(source, skip=state["documents"]), tok, dtype, state_path, chunk)
+        texts = texts_from(source, skip=state["documents"], text_column=text_column)
+        stream_tokens(state, part, texts, tok, dtype, state_path, chunk)
     for s in part:  # a partial file is absent only when a previous run was killed in the middle of these renames
         if os.path.exists(part[s]):
             os.replace(part[s], os.path.join(out_dir, f"{s}.bin"))
     meta = dict(settings, vocab_size=tok.n_vocab, eot=tok.eot, dtype=np.dtype(dtype).name,
                 **{k: state[k] for k in ("train_tokens", "val_tokens", "train_documents", "val_documents")})
+    if no_text(source, meta):
+        os.remove(state_path)  # a later run starts afresh rather than resuming an empty stream
+        raise ValueError(no_text(source, meta))
     write_json(os.path.join(out_dir, "meta.json"), meta)
     os.remove(state_path)
     return meta
@@ -320,19 +407,36 @@ def stream_tokens(state, part, texts, tok, dtype, state_path, chunk):
         f.close()
 
 
-def ensure_data(data_dir=None, source="offline", tokenizer="gpt2", **prepare_kwargs):
-    """The meta of a prepared data_dir, preparing it first if needed (so `python train.py` works on a fresh machine).
-    Under DDP call it on rank 0 and barrier, so the other ranks do not prepare the same files at once."""
+def ensure_data(data_dir=None, source="offline", tokenizer="gpt2", text_column="text", **prepare_kwargs):
+    """The meta of a prepared data_dir, preparing it first if needed (so `python train.py` works on a fresh machine)
+    or again if its files changed. Under DDP call it on rank 0 and barrier, so the other ranks do not prepare the
+    same files at once."""
     data_dir = data_dir or default_data_dir(source, tokenizer)
     meta_path = os.path.join(data_dir, "meta.json")
     if not os.path.exists(meta_path):
         print(f"{data_dir} has no meta.json: preparing {source} text with the {tokenizer} tokenizer")
-        return prepare(source, data_dir, tokenizer, **prepare_kwargs)
+        return prepare(source, data_dir, tokenizer, text_column=text_column, **prepare_kwargs)
     with open(meta_path) as f:
         meta = json.load(f)
     if (meta["source"], meta["tokenizer"]) != (source, tokenizer):
         raise ValueError(f"{data_dir} holds {meta['source']} text in {meta['tokenizer']} tokens, not {source} in "
                          f"{tokenizer} tokens: pick another data_dir or delete that one")
+    now = prepared_from(source, text_column)
+    then = {"text_column": "text", **meta}  # older versions did not record the column; they always read "text"
+    changed = [k for k in now if then.get(k) != now[k]]
+    if changed:
+        if changed == ["text_column"]:
+            why = f"was prepared from column {then['text_column']!r}, not {text_column!r}"
+        elif "files_sha1" in meta:
+            why = f"was prepared from files that have changed since (now {now['n_files']} files)"
+        else:
+            why = "has no record of the files it was prepared from (an older version wrote it)"
+        print(f"{data_dir} {why}: preparing {source} again")
+        same = {k: meta[k] for k in ("val_fraction", "seed", "max_tokens") if k in meta}  # prepared as before
+        return prepare(source, data_dir, tokenizer, text_column=text_column, **{**same, **prepare_kwargs})
+    files = f", {meta['n_files']} unchanged files" if "n_files" in meta else ""
+    print(f"reusing {data_dir}: {source}{files}, {meta['train_tokens']:,} train + {meta['val_tokens']:,} val "
+          f"{tokenizer} tokens")
     return meta
 
 # -----------------------------------------------------------------------------
@@ -407,16 +511,17 @@ if __name__ == "__main__":
     max_tokens = 0  # cap on training tokens; 0: no cap (fineweb-edu: 100M)
     val_fraction = 0.01  # documents held out for validation
     seed = 1337  # picks the validation documents
+    text_column = "text"  # the column of parquet files (and fineweb-edu) that holds the documents
     from configurator import configure
     cfg, _ = configure(dict(source=source, tokenizer=tokenizer, out_dir=out_dir, max_tokens=max_tokens,
-                            val_fraction=val_fraction, seed=seed), doc_source=__file__)
+                            val_fraction=val_fraction, seed=seed, text_column=text_column), doc_source=__file__)
     if cfg["source"] == "fineweb-edu" and not cfg["max_tokens"]:
         cfg["max_tokens"] = 100_000_000
     cfg["out_dir"] = cfg["out_dir"] or default_data_dir(cfg["source"], cfg["tokenizer"])
     t0 = time.time()
     try:
         meta = prepare(cfg["source"], cfg["out_dir"], cfg["tokenizer"], cfg["val_fraction"],
-                       cfg["max_tokens"] or None, cfg["seed"])
+                       cfg["max_tokens"] or None, cfg["seed"], cfg["text_column"])
     except (FileNotFoundError, RuntimeError, ValueError) as e:  # our messages say what to do: no traceback
         raise SystemExit(f"data.py: {e}")
     data = TokenData(cfg["out_dir"])

@@ -47,6 +47,7 @@ sample_tokens = 300  # tokens of text to print at the end (0 = none)
 data_source = "offline"  # offline | kjv | shakespeare | fineweb-edu | files:<glob>
 tokenizer = "byte"  # byte | gpt2
 data_dir = ""  # token files; "" = data/<source>_<tokenizer> in the repository
+text_column = "text"  # parquet files (and fineweb-edu): the column that holds the documents' text
 # optimization
 batch_size = 16  # sequences per micro-batch (per rank)
 grad_accum = 1  # micro-batches per step across ALL ranks (must be divisible by the number of ranks)

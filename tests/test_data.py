@@ -86,6 +86,18 @@ def write_docs(folder, n):
     return docs
 
 
+def write_parquet(path, **columns):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    pq.write_table(pa.table(columns), str(path))
+
+
+def byte_docs(out_dir):
+    """Every document of a byte-token directory (train and val), decoded."""
+    return sorted(sum((split_docs(os.path.join(out_dir, f"{s}.bin"), 256, np.uint16)[0] for s in ("train", "val")),
+                      []))
+
+
 def test_prepare_files(tmp_path):
     docs = write_docs(tmp_path / "txt", 20)
     meta = data.prepare(f"files:{tmp_path}/txt/*.txt", str(tmp_path / "out"), "byte", val_fraction=0.2, seed=0)
@@ -148,6 +160,42 @@ def test_ensure_data(tmp_path, capsys):
     with pytest.raises(ValueError, match="another data_dir"):
         data.ensure_data(out, source, "gpt2")
 
+
+def test_ensure_data_prepares_again_when_the_files_change(tmp_path, capsys):
+    docs = write_docs(tmp_path / "txt", 5)
+    source, out = f"files:{tmp_path}/txt/*.txt", str(tmp_path / "out")
+    meta = data.ensure_data(out, source, "byte", val_fraction=0.2)
+    capsys.readouterr()
+    assert data.ensure_data(out, source, "byte") == meta
+    assert capsys.readouterr().out == (f"reusing {out}: {source}, 5 unchanged files, {meta['train_tokens']:,} train "
+                                       f"+ {meta['val_tokens']:,} val byte tokens\n")
+    docs[2] = "an edited document"  # another size
+    (tmp_path / "txt" / "doc02.txt").write_text(docs[2])
+    edited = data.ensure_data(out, source, "byte")
+    assert "changed since (now 5 files): preparing" in capsys.readouterr().out
+    assert byte_docs(out) == sorted(docs) and edited["val_fraction"] == 0.2  # prepared as before, with the new text
+    docs[2] = "AN EDITED DOCUMENT"  # the same size, a later mtime
+    path = tmp_path / "txt" / "doc02.txt"
+    mtime = os.stat(path).st_mtime_ns
+    path.write_text(docs[2])
+    os.utime(path, ns=(mtime + 10**9, mtime + 10**9))
+    data.ensure_data(out, source, "byte")
+    assert "changed since" in capsys.readouterr().out and byte_docs(out) == sorted(docs)
+    meta = json.load(open(tmp_path / "out" / "meta.json"))  # a directory written by a version that kept no record
+    json.dump({k: v for k, v in meta.items() if k not in ("n_files", "files_sha1")}, open(f"{out}/meta.json", "w"))
+    assert data.ensure_data(out, source, "byte") == meta
+    assert "no record of the files" in capsys.readouterr().out
+
+
+def test_empty_files_stop_early(tmp_path):
+    for name in ("a.txt", "b.txt", "c.txt"):
+        (tmp_path / name).write_text("")
+    with pytest.raises(ValueError, match=r"files:.*\*\.txt gave no training text \(3 documents, all empty"):
+        data.ensure_data(str(tmp_path / "out"), f"files:{tmp_path}/*.txt", "byte")
+    assert not os.path.exists(tmp_path / "out" / "meta.json")  # so a later run prepares again
+    with pytest.raises(FileNotFoundError, match="no files match .*fix the glob"):  # before: an error from datasets
+        data.prepare(f"files:{tmp_path}/nothing/*.parquet", str(tmp_path / "out"), "byte")
+
 # -----------------------------------------------------------------------------
 # streams (fineweb-edu, parquet): offline detection and resuming
 
@@ -181,7 +229,7 @@ def test_fineweb_needs_max_tokens(tmp_path):
 
 def fake_stream(n_docs, fail_after=None):
     """A stand-in for open_stream: n_docs texts; raises after `fail_after` documents, like a killed process."""
-    def texts_from(source, skip):
+    def texts_from(source, skip, text_column):
         for i in range(skip, n_docs):
             if fail_after is not None and i == fail_after:
                 raise KeyboardInterrupt
@@ -203,9 +251,48 @@ def test_stream_resumes_where_it_stopped(tmp_path):
     assert resumed == full and not os.path.exists(tmp_path / "cut" / "progress.json")
     for s in ("train", "val"):
         assert (tmp_path / "full" / f"{s}.bin").read_bytes() == (tmp_path / "cut" / f"{s}.bin").read_bytes()
+    write_parquet(tmp_path / "one.parquet", text=["stands in for the files"])
     stream_end = data.prepare_stream(out_dir=str(tmp_path / "end"), texts_from=fake_stream(300),
-                                     **{**kw, "source": "files:fake/*.parquet", "max_tokens": None})
+                                     **{**kw, "source": f"files:{tmp_path}/*.parquet", "max_tokens": None})
     assert stream_end["train_documents"] + stream_end["val_documents"] == 300
+
+def test_parquet_is_told_by_content(tmp_path):
+    texts = [f"row {i}: " + "parquet text " * (i % 5) for i in range(20)]
+    os.makedirs(tmp_path / "pq")
+    write_parquet(tmp_path / "pq" / "part-0.data", id=list(range(10)), text=texts[:10])
+    write_parquet(tmp_path / "pq" / "part-1.data", id=list(range(10, 20)), text=texts[10:])
+    meta = data.prepare(f"files:{tmp_path}/pq/*", str(tmp_path / "out"), "byte", val_fraction=0.2)
+    assert byte_docs(tmp_path / "out") == sorted(texts)  # the rows' text, not the files' bytes
+    assert (meta["format"], meta["n_files"], meta["text_column"]) == ("parquet", 2, "text")
+    paths = [str(tmp_path / "pq" / f"part-{i}.data") for i in (0, 1)]
+    for skip in (0, 7, 10, 13, 20):  # where a resumed stream starts: inside the first file, at the second, ...
+        assert list(data.parquet_texts(paths, "text", skip)) == texts[skip:]
+    (tmp_path / "pq" / "notes.txt").write_text("a text file beside them")
+    with pytest.raises(ValueError, match=r"matches both parquet files \(2, .*\) and text files \(1, .*only one kind"):
+        data.prepare(f"files:{tmp_path}/pq/*", str(tmp_path / "out"), "byte")
+    os.makedirs(tmp_path / "bad")
+    (tmp_path / "bad" / "x.parquet").write_text("version https://git-lfs.github.com/spec/v1")
+    with pytest.raises(ValueError, match="x.parquet is named .parquet but is not a parquet file"):
+        data.prepare(f"files:{tmp_path}/bad/*.parquet", str(tmp_path / "out"), "byte")
+
+
+def test_parquet_text_column(tmp_path, capsys):
+    texts = [f"body {i} " * (i + 1) for i in range(20)]
+    write_parquet(tmp_path / "a.parquet", id=list(range(20)), body=texts, title=[f"title {i}" for i in range(20)])
+    source, out = f"files:{tmp_path}/*.parquet", str(tmp_path / "out")
+    with pytest.raises(ValueError, match=r"a.parquet: column 'text' is missing \(its columns: id \(int64\), body "
+                                         r"\(string\), title \(string\)\): set --text_column"):
+        data.ensure_data(out, source, "byte", val_fraction=0.2)
+    with pytest.raises(ValueError, match=r"a.parquet: column 'id' holds int64, not text"):
+        data.ensure_data(out, source, "byte", val_fraction=0.2, text_column="id")
+    assert not os.path.exists(f"{out}/progress.json")  # found before streaming: nothing to resume or delete
+    data.ensure_data(out, source, "byte", text_column="body", val_fraction=0.2)
+    assert byte_docs(out) == sorted(texts)
+    data.ensure_data(out, source, "byte", text_column="title")
+    assert "prepared from column 'body', not 'title'" in capsys.readouterr().out
+    assert byte_docs(out) == sorted(f"title {i}" for i in range(20))
+    with pytest.raises(ValueError, match=r"no validation text \(0 of 20 documents held out.*raise val_fraction"):
+        data.prepare(source, out, "byte", val_fraction=0.001, text_column="body")
 
 # -----------------------------------------------------------------------------
 # the loader
