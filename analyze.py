@@ -36,7 +36,7 @@ import torch.nn.functional as F  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
 import moe  # noqa: E402
-from configurator import configure  # noqa: E402
+from configurator import configure, run  # noqa: E402
 from loop import build_model, load_model, residual_multiplier  # noqa: E402
 from model import GPTConfig  # noqa: E402
 
@@ -966,4 +966,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    run(main)

@@ -20,7 +20,7 @@ from contextlib import nullcontext
 
 import torch
 
-from configurator import configure
+from configurator import configure, run
 from loop import build_model
 from model import MLP, GPTConfig
 import moe
@@ -191,4 +191,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    run(main)

@@ -21,6 +21,7 @@ import ast
 import dataclasses
 import difflib
 import inspect
+import math
 import os
 import re
 import sys
@@ -57,7 +58,7 @@ def _comments(source_file, names):
 
 def _check_type(key, value, default):
     """Accept value if it fits the default's type; ints are fine where floats are expected."""
-    if default is None or value is None:
+    if default is None:
         return value
     if isinstance(default, bool):
         ok = isinstance(value, bool)
@@ -74,6 +75,8 @@ def _check_type(key, value, default):
     if not ok:
         raise ConfigError(f"config error: --{key}={value!r} has type {type(value).__name__}, "
                           f"but {key} expects {type(default).__name__} (default {default!r})")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"config error: --{key}={value!r} must be a finite number")
     return value
 
 

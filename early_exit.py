@@ -842,4 +842,5 @@ def bench_one(cfg, model, batches, data, criterion):
 
 
 if __name__ == "__main__":
-    main()
+    from configurator import run
+    run(main)

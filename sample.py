@@ -5,7 +5,7 @@ Generate text from a trained run with the KV cache (plain, looped and MoE models
 """
 import torch
 
-from configurator import configure
+from configurator import configure, run
 from data import get_tokenizer
 from loop import load_model
 
@@ -59,4 +59,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    run(main)

@@ -1309,4 +1309,5 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    from configurator import run
+    run(main)

@@ -342,9 +342,9 @@ def main(argv=None):
     data_dir = cfg["data_dir"] or default_data_dir(cfg["data_source"], cfg["tokenizer"])
     if master:
         try:
-            ensure_data(data_dir, cfg["data_source"], cfg["tokenizer"])
-        except (FileNotFoundError, ValueError) as e:  # data.py's messages say what to do
-            raise ConfigError(f"data error: {e}") from None
+            ensure_data(data_dir, cfg["data_source"], cfg["tokenizer"], text_column=cfg["text_column"])
+        except (FileNotFoundError, RuntimeError, ValueError) as e:  # data.py's messages say what to do
+            raise ConfigError(f"data: {e}") from None
     if ddp:
         dist.barrier()  # rank 0 prepares the token files once
     data = TokenData(data_dir)
@@ -354,6 +354,10 @@ def main(argv=None):
             say(f"note: the config's vocab_size={model_cfg.vocab_size} is replaced by the data's "
                 f"{meta['vocab_size']} ({meta['tokenizer']} tokenizer)")
         model_cfg.vocab_size = meta["vocab_size"]
+    for split in ("train", "val"):
+        if meta[f"{split}_tokens"] <= model_cfg.block_size:
+            raise ConfigError(f"data: {data_dir} holds {meta[f'{split}_tokens']:,} {split} tokens, fewer than one "
+                              f"window of block_size+1 = {model_cfg.block_size + 1}: add text or lower --block_size")
     say(f"data: {data_dir} ({meta['tokenizer']}, {meta['train_tokens']:,} train / {meta['val_tokens']:,} val tokens),"
         f" unigram entropy of the training tokens {data.unigram_entropy():.4f} nats")
 

@@ -234,6 +234,71 @@ def test_non_finite_loss_stops_and_keeps_last_good_checkpoint(data_dir, tmp_path
     assert all(torch.isfinite(v).all() for v in ckpt["model"].values())
 
 
+def test_a_new_run_never_replaces_an_existing_one(data_dir, tmp_path):
+    out = str(tmp_path / "run")
+    train.main(TINY + data_dir + [f"--out_dir={out}", "--max_iters=6", "--eval_interval=3"])
+    log_before = read_log(out)
+    with pytest.raises(ConfigError, match="already holds a run.*--resume.*--overwrite"):
+        train.main(TINY + data_dir + [f"--out_dir={out}", "--max_iters=2", "--eval_interval=1"])
+    assert torch.load(os.path.join(out, "ckpt.pt"), weights_only=True)["step"] == 6 and read_log(out) == log_before
+    train.main(TINY + data_dir + [f"--out_dir={out}", "--max_iters=2", "--eval_interval=1", "--overwrite"])
+    assert torch.load(os.path.join(out, "ckpt.pt"), weights_only=True)["step"] == 2
+    with pytest.raises(ConfigError, match="cannot write to out_dir"):  # a file where a directory should be
+        train.main(TINY + data_dir + [f"--out_dir={out}/ckpt.pt/sub", "--max_iters=2"])
+
+
+def test_resume_continues_the_same_run_or_names_what_differs(data_dir, tmp_path):
+    out = str(tmp_path / "run")
+    base = TINY + data_dir + [f"--out_dir={out}", "--max_iters=6", "--eval_interval=3"]
+    train.main(base)
+    config = open(os.path.join(out, "config.json")).read()
+    for extra, says in ((["--n_layer=3", "--n_embd=96"], "n_layer \\(run: 2, now: 3\\), n_embd"),
+                        (["--batch_size=2", "--lr=0.03"], "batch_size \\(run: 4, now: 2\\), lr"),
+                        (["--n_expert=4"], "n_expert"),
+                        (["--tokenizer=gpt2"], "tokenizer \\(run: 'byte', now: 'gpt2'\\)"),
+                        (["--max_iters=9"], "add --resume_changes=max_iters")):
+        with pytest.raises(ConfigError, match=says):
+            train.main(base + ["--resume"] + extra)
+    assert open(os.path.join(out, "config.json")).read() == config  # nothing written by a refused resume
+    train.main(base + ["--resume", "--max_iters=9", "--resume_changes=max_iters"])
+    log = read_log(out)
+    assert {"step": 6, "event": "resume_changes", "changed": {"max_iters": [6, 9]}} in log
+    assert max(r["step"] for r in log) == 9
+
+
+def test_a_collapsed_model_never_replaces_the_good_checkpoint(data_dir, tmp_path, monkeypatch, capsys):
+    """Val loss below the unigram entropy at step 2, then back at ln V (a blown-up model): the checkpoint of step 2
+    stays, and three such evals in a row stop the run."""
+    vals = iter([5.5, 1.0, 5.5, 5.5, 5.5, 5.5])
+    monkeypatch.setattr(train, "evaluate", lambda *a, **k: next(vals))
+    out = str(tmp_path / "collapse")
+    with pytest.raises(SystemExit) as e:
+        train.main(TINY + data_dir + [f"--out_dir={out}", "--max_iters=20", "--eval_interval=2"])
+    assert e.value.code == 1
+    ckpt = torch.load(os.path.join(out, "ckpt.pt"), weights_only=True)
+    assert ckpt["step"] == 2 and ckpt["val_loss"] == 1.0
+    printed = capsys.readouterr().out
+    assert "step 8: training collapsed" in printed and "not saved, to keep the checkpoint of step 2" in printed
+
+
+def test_a_run_that_never_learns_is_warned_about(data_dir, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(train, "evaluate", lambda *a, **k: 5.5)  # ln V all along, as with --lr=1e4
+    out = str(tmp_path / "stuck")
+    train.main(TINY + data_dir + [f"--out_dir={out}", "--max_iters=6", "--eval_interval=2", "--warmup_iters=1"])
+    printed = capsys.readouterr().out
+    assert printed.count("warning: val loss 5.5000 >=") == 3  # steps 2, 4 and 6: after warm-up
+    assert "warning: the run ended at or above the unigram entropy" in printed
+    assert json.load(open(os.path.join(out, "result.json")))["above_unigram_entropy"] is True
+
+
+def test_a_checkpoint_cut_off_by_a_kill_is_cleaned_up(data_dir, tmp_path, capsys):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "ckpt.pt.tmp").write_bytes(b"half a checkpoint")
+    train.main(TINY + data_dir + [f"--out_dir={out}", "--max_iters=2", "--eval_interval=2"])
+    assert not (out / "ckpt.pt.tmp").exists() and "removed" in capsys.readouterr().out
+
+
 def test_short_cpu_run_learns_a_nat(tmp_path):
     """On the real offline corpus (byte level), validation loss falls >= 1 nat below its initial value in 200 steps."""
     out = str(tmp_path / "learn")
