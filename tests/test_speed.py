@@ -158,6 +158,20 @@ def test_bench_reports_every_setup(tmp_path):
         bench.main(["--clock=gpu"])
 
 
+@pytest.mark.parametrize("threads, cores, load, env, expected", [
+    (0, 2, 0.1, {}, 2),  # quiet machine: all cores
+    (0, 2, 1.2, {}, 1),  # one busy neighbour on 2 cores: the idle one
+    (0, 2, 7.0, {}, 1),  # overloaded: still one thread
+    (0, 16, 3.6, {}, 12),  # 4 of 16 cores busy
+    (0, 16, 3.6, {"OMP_NUM_THREADS": "3"}, 3),  # the environment's explicit choice wins over auto
+    (5, 2, 1.2, {"OMP_NUM_THREADS": "1"}, 5),  # and the threads key over both
+])
+def test_cpu_threads_uses_the_idle_cores(threads, cores, load, env, expected):
+    said = []
+    assert train.cpu_threads(threads, said.append, cores=cores, load=load, env=env) == expected
+    assert len(said) == 1 and said[0].startswith(f"CPU threads: {expected} (")
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")
 def test_keep_freed_memory_sets_glibc_options():
     """train.py keeps large freed blocks (the logits and their gradient) in the heap on CPU; mallopt returns 1
