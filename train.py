@@ -156,15 +156,16 @@ def cpu_threads(threads, say=print, cores=None, load=None, env=None):
     """Torch's CPU thread count, said in one line: `threads` if > 0, else OMP_NUM_THREADS if the environment sets
     it, else (auto) the cores the 1-minute load average leaves idle, at least one. Every OpenMP thread waits for the
     slowest at each op, so a thread sharing its core with another job stalls them all: with one busy neighbour on 2
-    cores the default run took 9.5 min on one thread and was heading for 30-57 min on two. cores, load and env
-    default to this machine's (os.cpu_count(), os.getloadavg(), os.environ); the load is machine-wide."""
+    cores the default run took 9.5 min on one thread and was heading for 30-57 min on two. cores defaults to torch's
+    current thread count (at start, one per physical core), load to os.getloadavg() (machine-wide), env to
+    os.environ."""
     env = os.environ if env is None else env
     if threads > 0:
         n, why = threads, "the threads key"
     elif env.get("OMP_NUM_THREADS", "").strip():
         n, why = int(env["OMP_NUM_THREADS"]), "OMP_NUM_THREADS"
     else:
-        cores = cores or os.cpu_count() or 1
+        cores = cores or torch.get_num_threads()
         if load is None:
             load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
         n = max(1, cores - math.floor(load + 0.5))
