@@ -11,6 +11,7 @@ n_expert experts (top_k active, hidden d_ff/top_k, so the active FFN params equa
 layers passed twice; Looped-MoE = the same with experts. Each step is forward + backward + AdamW + the bias update.
 Timings are medians over `repeats` rounds, and the models are interleaved within a round so that a busy machine
 slows them alike. Target (the MoE issue): ratio <= 1.3. Prints a table and, with --out, writes JSON.
+On a CPU without native bf16 (see bench.py) bf16 is skipped with a one-line note: torch would emulate it.
 """
 import json
 import statistics
@@ -24,6 +25,8 @@ from configurator import configure, run
 from loop import build_model
 from model import MLP, GPTConfig
 import moe
+from bench import runnable_dtypes
+from train import cpu_threads
 
 # ---------------------------------------------------------------------------------------------------------------
 batch_size = 8  # sequences per step
@@ -35,7 +38,7 @@ dtypes = "float32,bfloat16"  # comma-separated: float32, bfloat16 (CPU autocast 
 paths = "grouped,batched,loop"  # dispatch paths to time (auto resolves to one of them)
 ffn_tokens = 4096  # tokens of the single-FFN-layer benchmark (0 = skip it)
 device = "auto"  # auto | cpu | cuda
-threads = 0  # torch threads on CPU (0 = torch's default)
+threads = 0  # torch threads on CPU; 0 = auto, as train.py: OMP_NUM_THREADS if set, else the idle cores
 clock = "wall"  # wall | process (CPU time of this process: steadier on a shared machine, use with --threads=1)
 out = ""  # if set: write the results as JSON to this path
 # ---------------------------------------------------------------------------------------------------------------
@@ -155,8 +158,8 @@ def main():
     if model_cfg.n_expert == 0:
         raise SystemExit("bench_moe.py compares MoE with dense models: set n_expert > 0")
     dev = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if cfg["device"] == "auto" else cfg["device"])
-    if cfg["threads"]:
-        torch.set_num_threads(cfg["threads"])
+    if dev.type == "cpu":
+        torch.set_num_threads(cpu_threads(cfg["threads"]))
     path_list = [p for p in cfg["paths"].split(",") if p]
     results = dict(device=str(dev), threads=torch.get_num_threads(), clock=cfg["clock"], torch=torch.__version__,
                    config=dict(n_embd=model_cfg.n_embd, n_layer=model_cfg.n_layer, n_expert=model_cfg.n_expert,
@@ -165,7 +168,7 @@ def main():
     print(f"device {dev}, {torch.get_num_threads()} threads, {cfg['clock']} clock; d={model_cfg.n_embd}, "
           f"{model_cfg.n_layer} effective layers, E={model_cfg.n_expert}, k={model_cfg.top_k}, "
           f"tokens/step={cfg['batch_size'] * cfg['seq_len']}")
-    for name in cfg["dtypes"].split(","):
+    for name in runnable_dtypes(cfg["dtypes"], dev.type):  # bf16 only where the CPU has it natively
         dtype = dict(float32=torch.float32, bfloat16=torch.bfloat16)[name]
         step_ms, fb_ms, imbalance = bench_models(model_cfg, dtype, dev, path_list)
         ffn_ms = bench_ffn(model_cfg, dtype, dev, path_list) if cfg["ffn_tokens"] else {}

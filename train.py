@@ -70,6 +70,7 @@ grad_clip = 1.0  # clip the global gradient norm (0 = off)
 device = "auto"  # auto | cpu | cuda | cuda:N
 dtype = "auto"  # auto (bfloat16 on CUDA, float32 on CPU) | float32 | bfloat16
 compile = False  # torch.compile each block (the depth loop stays in Python)
+threads = 0  # torch threads on CPU; 0 = auto: OMP_NUM_THREADS if set, else the cores the load average leaves idle
 ddp_find_unused = False  # DDP find_unused_parameters (needed when some weights get no gradient in a step)
 seed = 1337  # seeds the init and the batch order
 # ---------------------------------------------------------------------------------------------------------------
@@ -251,6 +252,28 @@ def keep_freed_memory():
     return libc.mallopt(M_MMAP_MAX, 0) == 1 and libc.mallopt(M_TRIM_THRESHOLD, 2 ** 31 - 1) == 1
 
 
+def cpu_threads(threads, say=print, cores=None, load=None, env=None):
+    """Torch's CPU thread count, said in one line: `threads` if > 0, else OMP_NUM_THREADS if the environment sets
+    it, else (auto) the cores the 1-minute load average leaves idle, at least one. Every OpenMP thread waits for the
+    slowest at each op, so a thread sharing its core with another job stalls them all: with one busy neighbour on 2
+    cores the default run took 9.5 min on one thread and was heading for 30-57 min on two. cores defaults to torch's
+    current thread count (at start, one per physical core), load to os.getloadavg() (machine-wide), env to
+    os.environ."""
+    env = os.environ if env is None else env
+    if threads > 0:
+        n, why = threads, "the threads key"
+    elif env.get("OMP_NUM_THREADS", "").strip():
+        n, why = int(env["OMP_NUM_THREADS"]), "OMP_NUM_THREADS"
+    else:
+        cores = cores or torch.get_num_threads()
+        if load is None:
+            load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+        n = max(1, cores - math.floor(load + 0.5))
+        why = f"auto: {cores} cores, load average {load:.2f}; choose with --threads=N or OMP_NUM_THREADS"
+    say(f"CPU threads: {n} ({why})")
+    return n
+
+
 def cpu_matmul_rate(dtype, n=2048, repeats=3):
     """FLOP/s of an n^3 matmul in `dtype` on this CPU, timed in this process: the MFU reference on CPU."""
     a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
@@ -337,6 +360,8 @@ def main(argv=None):
     accum = cfg["grad_accum"] // world_size  # micro-batches per rank per step
     say = print if master else (lambda *a, **k: None)
     ckpt, changes = open_run(cfg, model_cfg, master, say)
+    if device_type == "cpu":
+        torch.set_num_threads(cpu_threads(cfg["threads"], say))
 
     # ---- data ----
     data_dir = cfg["data_dir"] or default_data_dir(cfg["data_source"], cfg["tokenizer"])
