@@ -35,6 +35,7 @@ from loop import build_model
 from model import GPTConfig
 import scaling
 import train
+from train import cpu_matmul_rate, native_bf16
 
 preset = "default"  # default (train.py's model, byte vocab) | nanogpt (d=256, 8 layers, GPT-2 vocab, B=8, T=256)
 batch_size = 16  # sequences per step (the nanogpt preset uses 8 unless given)
@@ -55,13 +56,6 @@ def timer(clock_name):
     return time.process_time if clock_name == "cpu" else time.perf_counter
 
 
-def native_bf16(capabilities=None):
-    """True if this CPU multiplies bf16 in hardware (x86: AVX512-BF16 or AMX-BF16; Arm: BF16), as torch detects it
-    (torch.cpu.get_capabilities(), the cpuinfo library's reading of the CPU's feature flags)."""
-    caps = torch.cpu.get_capabilities() if capabilities is None else capabilities
-    return any(caps.get(flag, False) for flag in ("avx512_bf16", "amx_bf16", "bf16", "sve_bf16"))
-
-
 def runnable_dtypes(names, device_type):
     """The dtypes in `names` (comma-separated) worth timing on `device_type`: on a CPU without native bf16 the
     bfloat16 entry is dropped with a one-line note (its timings would measure torch's emulation)."""
@@ -71,18 +65,6 @@ def runnable_dtypes(names, device_type):
         print("bfloat16 skipped: this CPU has no native bf16 (avx512_bf16, amx_bf16 or Arm bf16), so torch would "
               "emulate it, tens of times slower than fp32")
     return names
-
-
-def cpu_matmul_rate(dtype, now, n=2048, repeats=5):
-    """FLOP/s of an n^3 matmul in `dtype` measured with the clock `now` (best of `repeats`)."""
-    a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
-    a @ b
-    best = float("inf")
-    for _ in range(repeats):
-        t = now()
-        a @ b
-        best = min(best, now() - t)
-    return 2 * n ** 3 / best
 
 
 def train_step(model, optimizer, x, ctx):
@@ -168,5 +150,5 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    import sys
-    main(sys.argv[1:])
+    from configurator import run
+    run(main)

@@ -88,8 +88,8 @@ def check_config(cfg):
     for key in ("batch_size", "grad_accum", "eval_interval", "eval_tokens", "log_interval"):
         if cfg[key] < 1:
             raise ConfigError(f"config error: --{key}={cfg[key]} must be >= 1")
-    for key in ("max_iters", "warmup_iters", "sample_tokens", "collapse_evals", "lr", "weight_decay", "grad_clip",
-                "flops_budget", "adam_eps"):
+    for key in ("max_iters", "warmup_iters", "sample_tokens", "collapse_evals", "threads", "lr", "weight_decay",
+                "grad_clip", "flops_budget", "adam_eps"):
         if cfg[key] < 0:
             raise ConfigError(f"config error: --{key}={cfg[key]} must be >= 0")
     for key in ("decay_frac", "min_lr_frac", "beta1", "beta2"):
@@ -274,15 +274,23 @@ def cpu_threads(threads, say=print, cores=None, load=None, env=None):
     return n
 
 
-def cpu_matmul_rate(dtype, n=2048, repeats=3):
-    """FLOP/s of an n^3 matmul in `dtype` on this CPU, timed in this process: the MFU reference on CPU."""
+def native_bf16(capabilities=None):
+    """True if this CPU multiplies bf16 in hardware (x86: AVX512-BF16 or AMX-BF16; Arm: BF16), as torch detects it
+    (torch.cpu.get_capabilities(), the cpuinfo library's reading of the CPU's feature flags)."""
+    caps = torch.cpu.get_capabilities() if capabilities is None else capabilities
+    return any(caps.get(flag, False) for flag in ("avx512_bf16", "amx_bf16", "bf16", "sve_bf16"))
+
+
+def cpu_matmul_rate(dtype, now=time.perf_counter, n=2048, repeats=5):
+    """FLOP/s of an n^3 matmul in `dtype` on this CPU, timed in this process with the clock `now` (best of
+    `repeats`: a busy neighbour can slow a repeat but not speed one up): the MFU reference on CPU."""
     a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
     a @ b  # warm up
     best = float("inf")
     for _ in range(repeats):
-        t = time.perf_counter()
+        t = now()
         a @ b
-        best = min(best, time.perf_counter() - t)
+        best = min(best, now() - t)
     return 2 * n ** 3 / best
 
 
@@ -296,6 +304,10 @@ def peak_flops(device_type, dtype):
             if key in name:
                 return peak
         return float("nan")  # unknown GPU: MFU is not reported
+    if dtype == torch.bfloat16 and not native_bf16():
+        print("warning: this CPU has no native bf16 (avx512_bf16, amx_bf16 or Arm bf16): torch emulates it, tens of "
+              "times slower than fp32 (use --dtype=float32); MFU is not reported")
+        return float("nan")
     return cpu_matmul_rate(dtype)
 
 
