@@ -1,0 +1,39 @@
+# The CPU reproductions that the fidelity fixes changed, two training seeds each (1337, 7):
+# - Chen et al. 2026 (arXiv:2606.04438, Table 3) ablation ladder at matched params and per-token FLOPs (strict
+#   reading: IterAdaLN's modulators count): Vanilla MoE -> Loop Base -> + IterAdaLN -> LoopMoE (+ balancing),
+#   800 steps x 1,024 tokens each, compared by validation loss.
+# - Jeddi et al. 2026 (arXiv:2602.11451, Table 1) elastic depth: LoopFormer 2x4 with the paper's uniform trajectory
+#   sampler and the released code's c_proj init, and its plain-loop twin (800 steps x 2,048 tokens).
+# - Schwethelm et al. 2026 (arXiv:2604.21106, App. C.2/G.1) hyper-connections (increment lanes, mean pooling) vs
+#   the passthrough loop at r=4, d=128, C=6e12 (ten times the injection ablation's budget: 340 steps).
+#     python scaling.py sweep config/sweeps/fidelity_cpu.py
+#     python early_exit.py --mode=elastic --ckpt=out/sweeps/fidelity_cpu/loopformer_s1337 --budget=4
+import os
+import runpy
+
+name = "fidelity_cpu"
+common = dict(data_source="offline", sample_tokens=0)
+env = dict(OMP_NUM_THREADS="1")
+flops_per_second = 4e10
+SEEDS = (1337, 7)
+_iso = runpy.run_path(os.path.join(os.path.dirname(__file__), "isodepth_cpu.py"))
+LADDER = {"vanilla": "loopmoe_vanilla_cpu", "loop_base": "loopmoe_loop_base_cpu",
+          "iteradaln": "loopmoe_iteradaln_cpu", "loopmoe": "loopmoe_cpu"}
+ELASTIC = {"loopformer": {}, "plain_loop": dict(loop_cond="none", elastic="none")}
+LANES = {"hc": dict(injection="none", hc_lanes=2), "passthrough": dict(injection="none")}
+
+
+def points():
+    out = []
+    for seed in SEEDS:
+        for arch, preset in LADDER.items():
+            out.append(dict(name=f"{arch}_s{seed}", arch=arch, configs=[f"config/{preset}.py"],
+                            overrides=dict(max_iters=800, eval_interval=200, seed=seed)))
+        for arch, over in ELASTIC.items():
+            out.append(dict(name=f"{arch}_s{seed}", arch=arch, configs=["config/loopformer_cpu.py"],
+                            overrides=dict(max_iters=800, eval_interval=200, seed=seed, **over)))
+        for arch, over in LANES.items():
+            out.append(dict(name=f"{arch}_r4_s{seed}", arch=arch, configs=["config/recur_cpu.py"],
+                            overrides=dict(_iso["common"], n_embd=128, n_loop=4, n_layer=1, seed=seed, **over),
+                            flops_budget=6e12))
+    return out
