@@ -39,6 +39,7 @@ import moe  # noqa: E402
 from configurator import configure, run  # noqa: E402
 from loop import build_model, load_model, residual_multiplier  # noqa: E402
 from model import GPTConfig  # noqa: E402
+from optim import train_step  # noqa: E402
 
 LN2 = math.log(2.0)
 
@@ -624,15 +625,6 @@ def adamw(model, lr, weight_decay):
     return torch.optim.AdamW(groups, betas=(0.9, 0.95))
 
 
-def train_step(model, opt, idx, targets):
-    _, loss, aux = model(idx, targets)
-    (loss + sum(aux.values())).backward()
-    opt.step()
-    opt.zero_grad(set_to_none=True)
-    model.after_optimizer_step()
-    return loss.item()
-
-
 def residual_run(model, cfg, seed, every=None):
     """Wang et al.'s protocol on one model: fixed random tokens (batch 1), `steps` AdamW steps; after each step the
     normalised norm of the final hidden state and the RMS change of that output since the previous step; at the end
@@ -645,7 +637,7 @@ def residual_run(model, cfg, seed, every=None):
     y = loop_steps(model, idx, every=every)[-1]
     norms, updates, losses = [residual_norm(y)], [], []
     for _ in range(cfg["steps"]):
-        losses.append(train_step(model, opt, idx, targets))
+        losses.append(train_step(model, opt, lambda _: (idx, targets))[0].item())
         y_new = loop_steps(model, idx, every=every)[-1]
         updates.append((y_new - y).double().square().mean().sqrt().item())
         norms.append(residual_norm(y_new))
@@ -833,7 +825,7 @@ def coord_data(model, cfg, seed):
     try:
         for _ in range(cfg["steps"]):
             current.clear()
-            train_step(model, opt, seq[:, :-1], seq[:, 1:])
+            train_step(model, opt, lambda _: (seq[:, :-1], seq[:, 1:]))
             for kind, v in current.items():
                 trace[kind].append(float(np.mean(v)))
     finally:

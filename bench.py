@@ -33,6 +33,7 @@ import torch
 from configurator import configure
 from loop import build_model
 from model import GPTConfig
+from optim import make_optimizer, train_step
 import scaling
 import train
 from train import cpu_matmul_rate, native_bf16
@@ -67,15 +68,6 @@ def runnable_dtypes(names, device_type):
     return names
 
 
-def train_step(model, optimizer, x, ctx):
-    with ctx:
-        _, loss, aux = model(x, x)
-        objective = loss + sum(aux.values()) if aux else loss
-    objective.backward()
-    optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
-
-
 def main(argv=None):
     defaults = {k: v for k, v in globals().items() if not k.startswith("_")}
     cfg, model_cfg = configure(defaults, GPTConfig, argv, doc_source=__file__)
@@ -108,10 +100,10 @@ def main(argv=None):
                 model.compile_blocks()
             opt_cfg = dict(lr=1e-3, weight_decay=0.0, wd_independent=True, adam_eps=1e-8, optimizer="adamw",
                            beta1=0.9, beta2=0.95)
-            optimizer = train.make_optimizer(model, opt_cfg, "cuda" if on_cuda else "cpu")
+            optimizer = make_optimizer(model, opt_cfg, "cuda" if on_cuda else "cpu")
             ctx = nullcontext() if dtype == torch.float32 else torch.autocast(dev.split(":")[0], dtype=dtype)
             for _ in range(cfg["warmup"]):
-                train_step(model, optimizer, x, ctx)
+                train_step(model, optimizer, lambda _: (x, x), ctx=ctx)
             sync()
             flops_per_step = scaling.flops_per_token(model, "schwethelm", T) * B * T
             setups.append(dict(dtype=dtype_name, torch_dtype=dtype, compiled=compiled, model=model,
@@ -120,7 +112,7 @@ def main(argv=None):
         for s in setups:
             for _ in range(cfg["steps"]):
                 t = now()
-                train_step(s["model"], s["optimizer"], x, s["ctx"])
+                train_step(s["model"], s["optimizer"], lambda _: (x, x), ctx=s["ctx"])
                 sync()
                 s["times"].append(now() - t)
         if not on_cuda:

@@ -30,6 +30,7 @@ from configurator import ConfigError, configure, run
 from data import TokenData, default_data_dir, ensure_data
 from loop import build_model, read_checkpoint
 from model import GPTConfig
+from optim import lr_multiplier, make_optimizer, set_lr, train_step
 import scaling
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -169,65 +170,6 @@ def open_run(cfg, model_cfg, master, say):
         raise ConfigError(f"{out} already holds a run (ckpt.pt): add --resume to continue it, --overwrite to start "
                           "it again, or choose another --out_dir")
     return None, {}
-
-
-def lr_multiplier(step, total, cfg):
-    """The schedule's LR multiplier at `step` of `total` steps (linear warmup first, then):
-    wsd_sqrt   constant, then over the last decay_frac: f + (1-f)(1-sqrt(p)) (Hagele et al. 2024; Lee et al. 2026)
-    wsd_linear constant, then f + (1-f)(1-p) over the last decay_frac (Wang et al. 2026, arXiv:2606.18524)
-    cosine     f + (1-f)(1+cos(pi p))/2 after warmup (Jeddi et al. 2026, arXiv:2602.11451)
-    linear     f + (1-f)(1-p) after warmup (Schwethelm et al. 2026, arXiv:2604.21106)
-    where f = min_lr_frac and p in [0, 1] is the progress through the decay phase."""
-    warmup, f = cfg["warmup_iters"], cfg["min_lr_frac"]
-    if step < warmup:
-        return (step + 1) / warmup
-    kind = cfg["schedule"]
-    if kind == "constant":
-        return 1.0
-    if kind in ("wsd_sqrt", "wsd_linear"):
-        decay_start = total - int(cfg["decay_frac"] * total)
-        if step < decay_start:
-            return 1.0
-        p = (step - decay_start) / max(1, total - decay_start)
-        return f + (1 - f) * (1 - (math.sqrt(p) if kind == "wsd_sqrt" else p))
-    p = (step - warmup) / max(1, total - warmup)
-    if kind == "cosine":
-        return f + (1 - f) * 0.5 * (1 + math.cos(math.pi * p))
-    if kind == "linear":
-        return f + (1 - f) * (1 - p)
-    raise ValueError(f"unknown schedule {kind!r}: use wsd_sqrt | wsd_linear | cosine | linear | constant")
-
-
-def make_optimizer(model, cfg, device_type):
-    """AdamW over the model's parameter groups (muP and the other LR rules live in model.param_groups)."""
-    groups = model.param_groups()
-    for g in groups:
-        g["weight_decay"] = cfg["weight_decay"] if (g["decay"] and not cfg["wd_independent"]) else 0.0
-        g["eps"] = cfg["adam_eps"] * g["eps_scale"]
-        g["lr"] = cfg["lr"] * g["lr_scale"]
-    fused = device_type in ("cuda", "cpu")  # one multi-tensor kernel per step instead of ~10 ops per parameter
-    if cfg["optimizer"] == "muonh":  # Schwethelm et al. 2026: MuonH on matrices, AdamW (its own LRs) on the rest
-        from loop import MuonHAdamW
-        return MuonHAdamW(groups, cfg["lr"], (cfg["beta1"], cfg["beta2"]), fused=fused)
-    if cfg["optimizer"] != "adamw":
-        raise ValueError(f"unknown optimizer {cfg['optimizer']!r}: use adamw | muonh")
-    return torch.optim.AdamW(groups, lr=cfg["lr"], betas=(cfg["beta1"], cfg["beta2"]), fused=fused)
-
-
-def set_lr(optimizer, lr):
-    for g in optimizer.param_groups:
-        g["lr"] = lr * g["lr_scale"]
-
-
-@torch.no_grad()
-def decay_weights(optimizer, wd, schedule=1.0):
-    """Independent weight decay (Lee et al. 2026, arXiv:2605.09165, §3; the term is Wortsman et al. 2023,
-    arXiv:2309.14322, §3.2.2): theta <- theta*(1 - wd*s_t), where s_t = lr_t/lr_peak is the schedule's multiplier.
-    Decoupled from the peak LR (torch's AdamW multiplies by lr_t = lr_peak*s_t), but it still warms up and cools
-    down with the schedule. Applied before the Adam update, like AdamW's own decay."""
-    for g in optimizer.param_groups:
-        if g["decay"]:
-            torch._foreach_mul_(g["params"], 1.0 - wd * schedule)
 
 
 def save_checkpoint(path, state):
@@ -522,29 +464,16 @@ def main(argv=None):
         schedule = lr_multiplier(step, max_steps, cfg)
         lr = cfg["lr"] * schedule
         set_lr(optimizer, lr)
-        loss_sum = torch.zeros((), device=device)
-        aux_sums = {}
-        for micro in range(accum):
+
+        def get_batch(micro):
             x, y = data.get_batch(step, micro, rank, world_size, accum, cfg["batch_size"], T, cfg["seed"])
-            x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
             if hasattr(raw_model, "set_micro_batch"):  # seeds LoopFormer's trajectory sampler by the batch index
                 raw_model.set_micro_batch(step * cfg["grad_accum"] + micro * world_size + rank, cfg["seed"])
-            if ddp:  # only the last micro-batch synchronises gradients
-                model.require_backward_grad_sync = micro == accum - 1
-            with ctx:
-                _, loss, aux = model(x, y)
-                objective = loss + sum(aux.values()) if aux else loss
-            (objective / accum).backward()
-            loss_sum += loss.detach() / accum
-            for k, v in aux.items():
-                aux_sums[k] = aux_sums.get(k, 0.0) + v.detach() / accum
-        if cfg["grad_clip"] > 0:
-            grad_norm = torch.nn.utils.clip_grad_norm_(raw_model.parameters(), cfg["grad_clip"])
-        if cfg["wd_independent"] and cfg["weight_decay"] > 0:
-            decay_weights(optimizer, cfg["weight_decay"], schedule)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        raw_model.after_optimizer_step(world_size)
+            return x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+
+        loss_sum, aux_sums, grad_norm = train_step(
+            model, optimizer, get_batch, accum, ctx, cfg["grad_clip"],
+            cfg["weight_decay"] if cfg["wd_independent"] else 0.0, schedule, world_size)
         tokens_since += tokens_per_step
 
         if ddp:
@@ -561,7 +490,7 @@ def main(argv=None):
             record = {"step": step, "tokens": (step + 1) * tokens_per_step, "loss": train_loss, "lr": lr,
                       "tokens_per_s": tok_s, "mfu": mfu}
             record.update({k: float(v) for k, v in aux_sums.items()})
-            if cfg["grad_clip"] > 0:
+            if grad_norm is not None:
                 record["grad_norm"] = grad_norm.item()
             aux_text = "".join(f" | {k} {float(v):.4f}" for k, v in aux_sums.items())
             log(record, f"step {step}/{max_steps} | loss {train_loss:.4f}{aux_text} | lr {lr:.2e} | "

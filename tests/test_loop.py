@@ -15,7 +15,9 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import loop  # noqa: E402
-from loop import HyperConnections, LoopedGPT, MuonH, MuonHAdamW, build_model, sample_trajectory  # noqa: E402
+from loop import HyperConnections, LoopedGPT, build_model, sample_trajectory  # noqa: E402
+import optim  # noqa: E402
+from optim import MuonH, MuonHAdamW  # noqa: E402
 from model import GPT, GPTConfig, KVCache  # noqa: E402
 
 V, T = 61, 12
@@ -582,14 +584,13 @@ def test_muonh_adamw_splits_groups_and_round_trips_its_state():
     assert len(opt2.param_groups) == len(opt.param_groups)
 
 
-def test_train_make_optimizer_muonh():
-    import train
+def test_make_optimizer_muonh():
     m = make(n_loop=2, mup=False)
     cfg = dict(optimizer="muonh", lr=0.014, weight_decay=0.0, wd_independent=True, adam_eps=1e-8, beta1=0.9,
                beta2=0.95)
-    opt = train.make_optimizer(m, cfg, "cpu")
+    opt = optim.make_optimizer(m, cfg, "cpu")
     assert isinstance(opt, MuonHAdamW)
-    train.set_lr(opt, 0.007)
+    optim.set_lr(opt, 0.007)
     assert {g["lr"] for g in opt.muon.param_groups} == {0.007}
 
 

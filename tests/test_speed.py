@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 
 import bench
+import optim
 import train
 from model import GPT, GPTConfig, apply_rope, cross_entropy, rms_norm, rope_tables
 
@@ -135,7 +136,7 @@ def test_fused_adamw_on_cpu_equals_the_loop_implementation():
                beta2=0.95)
     models = [GPT(GPTConfig(vocab_size=50, n_layer=1, n_embd=32, head_dim=16, mup=False)).init_weights(0)
               for _ in range(2)]
-    fused = train.make_optimizer(models[0], cfg, "cpu")
+    fused = optim.make_optimizer(models[0], cfg, "cpu")
     assert fused.defaults["fused"]
     loop = torch.optim.AdamW(models[1].param_groups(), lr=1e-2, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1,
                              foreach=False)

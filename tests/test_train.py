@@ -11,6 +11,7 @@ import time
 import pytest
 import torch
 
+import optim
 import train
 from configurator import ConfigError, configure
 from loop import load_model
@@ -48,7 +49,7 @@ def sched(**kw):
 
 
 def test_schedule_values_at_chosen_steps():
-    m = train.lr_multiplier
+    m = optim.lr_multiplier
     assert m(0, 100, sched()) == pytest.approx(0.1) and m(9, 100, sched()) == pytest.approx(1.0)
     assert m(50, 100, sched()) == 1.0 and m(90, 100, sched()) == 1.0
     # WSD sqrt cooldown (Lee et al.): p = 5/10 -> 0.05 + 0.95*(1 - sqrt(0.5))
@@ -69,12 +70,12 @@ def test_independent_weight_decay_is_exactly_lambda_per_step_at_any_lr(lr):
     model = GPT(GPTConfig(vocab_size=50, n_layer=1, n_embd=32, head_dim=16)).init_weights(0)
     cfg = dict(weight_decay=0.01, wd_independent=True, adam_eps=1e-8, lr=lr, optimizer="adamw", beta1=0.9,
                beta2=0.999)
-    opt = train.make_optimizer(model, cfg, "cpu")
+    opt = optim.make_optimizer(model, cfg, "cpu")
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     for _ in range(3):
         for p in model.parameters():
             p.grad = torch.zeros_like(p)
-        train.decay_weights(opt, 0.01)
+        optim.decay_weights(opt, 0.01)
         opt.step()
     for n, p in model.named_parameters():  # all parameters are matrices here, all decay
         torch.testing.assert_close(p.detach(), before[n] * 0.99 ** 3, rtol=1e-6, atol=0)
@@ -89,7 +90,7 @@ def test_independent_weight_decay_follows_the_schedule(data_dir, tmp_path):
     train.main(TINY + data_dir + [f"--out_dir={out}", f"--max_iters={steps}", f"--eval_interval={steps}",
                                   "--lr=0.0", f"--weight_decay={wd}", "--grad_clip=0"]
                + [f"--{k}={v}" for k, v in cfg.items()])
-    factor = math.prod(1 - wd * train.lr_multiplier(t, steps, cfg) for t in range(steps))
+    factor = math.prod(1 - wd * optim.lr_multiplier(t, steps, cfg) for t in range(steps))
     assert factor > (1 - wd) ** steps * 1.2  # the schedule matters at this size
     final, _ = load_model(out)
     init, _ = load_model(out)
@@ -102,7 +103,7 @@ def test_coupled_weight_decay_is_torch_adamw():
     model = GPT(GPTConfig(vocab_size=50, n_layer=1, n_embd=32, head_dim=16)).init_weights(0)
     cfg = dict(weight_decay=0.1, wd_independent=False, adam_eps=1e-8, lr=0.5, optimizer="adamw", beta1=0.9,
                beta2=0.95)
-    opt = train.make_optimizer(model, cfg, "cpu")
+    opt = optim.make_optimizer(model, cfg, "cpu")
     p = model.wte.weight
     before = p.detach().clone()
     for q in model.parameters():

@@ -1,0 +1,187 @@
+"""
+Optimizers, learning-rate schedules and the one training step that train.py, analyze.py and bench.py share.
+
+- make_optimizer: AdamW over the model's parameter groups (muP and the other LR / eps rules live in
+  model.param_groups), or MuonH on the hidden matrices + AdamW on the rest (Schwethelm et al. 2026).
+- lr_multiplier: warm-up, then WSD (sqrt or linear cool-down), cosine, linear or constant.
+- decay_weights: independent weight decay, theta <- theta*(1 - wd*s_t).
+- train_step: forward and backward over the micro-batches of one step, clipping, decay, the optimizer step and
+  the model's own after-step work (MoE bias balancing).
+"""
+import math
+from contextlib import nullcontext
+
+import torch
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+# -----------------------------------------------------------------------------------------------------------------
+# schedules, optimizers, the training step
+
+
+def lr_multiplier(step, total, cfg):
+    """The schedule's LR multiplier at `step` of `total` steps (linear warmup first, then):
+    wsd_sqrt   constant, then over the last decay_frac: f + (1-f)(1-sqrt(p)) (Hagele et al. 2024; Lee et al. 2026)
+    wsd_linear constant, then f + (1-f)(1-p) over the last decay_frac (Wang et al. 2026, arXiv:2606.18524)
+    cosine     f + (1-f)(1+cos(pi p))/2 after warmup (Jeddi et al. 2026, arXiv:2602.11451)
+    linear     f + (1-f)(1-p) after warmup (Schwethelm et al. 2026, arXiv:2604.21106)
+    where f = min_lr_frac and p in [0, 1] is the progress through the decay phase."""
+    warmup, f = cfg["warmup_iters"], cfg["min_lr_frac"]
+    if step < warmup:
+        return (step + 1) / warmup
+    kind = cfg["schedule"]
+    if kind == "constant":
+        return 1.0
+    if kind in ("wsd_sqrt", "wsd_linear"):
+        decay_start = total - int(cfg["decay_frac"] * total)
+        if step < decay_start:
+            return 1.0
+        p = (step - decay_start) / max(1, total - decay_start)
+        return f + (1 - f) * (1 - (math.sqrt(p) if kind == "wsd_sqrt" else p))
+    p = (step - warmup) / max(1, total - warmup)
+    if kind == "cosine":
+        return f + (1 - f) * 0.5 * (1 + math.cos(math.pi * p))
+    if kind == "linear":
+        return f + (1 - f) * (1 - p)
+    raise ValueError(f"unknown schedule {kind!r}: use wsd_sqrt | wsd_linear | cosine | linear | constant")
+
+
+def make_optimizer(model, cfg, device_type):
+    """AdamW over the model's parameter groups (muP and the other LR rules live in model.param_groups)."""
+    groups = model.param_groups()
+    for g in groups:
+        g["weight_decay"] = cfg["weight_decay"] if (g["decay"] and not cfg["wd_independent"]) else 0.0
+        g["eps"] = cfg["adam_eps"] * g["eps_scale"]
+        g["lr"] = cfg["lr"] * g["lr_scale"]
+    fused = device_type in ("cuda", "cpu")  # one multi-tensor kernel per step instead of ~10 ops per parameter
+    if cfg["optimizer"] == "muonh":  # Schwethelm et al. 2026: MuonH on matrices, AdamW (its own LRs) on the rest
+        return MuonHAdamW(groups, cfg["lr"], (cfg["beta1"], cfg["beta2"]), fused=fused)
+    if cfg["optimizer"] != "adamw":
+        raise ValueError(f"unknown optimizer {cfg['optimizer']!r}: use adamw | muonh")
+    return torch.optim.AdamW(groups, lr=cfg["lr"], betas=(cfg["beta1"], cfg["beta2"]), fused=fused)
+
+
+def set_lr(optimizer, lr):
+    for g in optimizer.param_groups:
+        g["lr"] = lr * g["lr_scale"]
+
+
+@torch.no_grad()
+def decay_weights(optimizer, wd, schedule=1.0):
+    """Independent weight decay (Lee et al. 2026, arXiv:2605.09165, §3; the term is Wortsman et al. 2023,
+    arXiv:2309.14322, §3.2.2): theta <- theta*(1 - wd*s_t), where s_t = lr_t/lr_peak is the schedule's multiplier.
+    Decoupled from the peak LR (torch's AdamW multiplies by lr_t = lr_peak*s_t), but it still warms up and cools
+    down with the schedule. Applied before the Adam update, like AdamW's own decay."""
+    for g in optimizer.param_groups:
+        if g["decay"]:
+            torch._foreach_mul_(g["params"], 1.0 - wd * schedule)
+
+
+def train_step(model, optimizer, get_batch, accum=1, ctx=nullcontext(), grad_clip=0.0, weight_decay=0.0,
+               schedule=1.0, world_size=1):
+    """One optimizer step: forward and backward over `accum` micro-batches (get_batch(i) -> (x, y)), each scaled
+    by 1/accum; gradient clipping; independent weight decay (0 = none); the optimizer step; the model's
+    after-step work. With DDP only the last micro-batch synchronises gradients. Returns the mean loss and the mean
+    auxiliary losses as tensors on the device (no host sync) and the gradient norm before clipping (or None)."""
+    raw = model.module if isinstance(model, DDP) else model
+    loss_sum, aux_sums = 0.0, {}
+    for micro in range(accum):
+        x, y = get_batch(micro)
+        if isinstance(model, DDP):
+            model.require_backward_grad_sync = micro == accum - 1
+        with ctx:
+            _, loss, aux = model(x, y)
+            objective = loss + sum(aux.values()) if aux else loss
+        (objective / accum).backward()
+        loss_sum = loss_sum + loss.detach() / accum
+        for k, v in aux.items():
+            aux_sums[k] = aux_sums.get(k, 0.0) + v.detach() / accum
+    grad_norm = torch.nn.utils.clip_grad_norm_(raw.parameters(), grad_clip) if grad_clip > 0 else None
+    if weight_decay > 0:
+        decay_weights(optimizer, weight_decay, schedule)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    raw.after_optimizer_step(world_size)
+    return loss_sum, aux_sums, grad_norm
+
+
+# -----------------------------------------------------------------------------------------------------------------
+# MuonH (Schwethelm et al. 2026, arXiv:2604.21106, §4.2; the ArchScale implementation)
+
+MUONH_LR = 0.014  # their base MuonH LR; the AdamW LRs below are tied to it as ratios of train.py's lr
+MUONH_ADAMW_LR = {"embed": 0.3, "head": 0.004}  # every other non-matrix parameter (norm gains ...): 0.005
+MUONH_ADAMW_OTHER_LR = 0.005
+
+
+class MuonH(torch.optim.Muon):
+    """Muon on the hypersphere: U = Muon's orthogonalised (Nesterov) momentum; W <- W - lr*(|W|_F/|U|_F)*U, then W
+    is scaled back to its previous Frobenius norm, so every matrix stays on its init-norm sphere. A matrix of norm
+    0 (a zero-initialised modulator) takes the plain Muon step instead, or it could never move.
+    torch's Muon writes -lr'*U into the parameter; we let it write into a zeroed copy to read U exactly."""
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = closure() if closure is not None else None
+        saved = []
+        for g in self.param_groups:
+            for p in g["params"]:
+                if p.grad is not None:
+                    saved.append((g, p, p.detach().clone()))
+                    p.zero_()
+        super().step()  # weight_decay is 0: p = -lr' * U
+        for g, p, w in saved:
+            step = p.detach().clone()
+            radius, step_norm = w.norm(), step.norm()
+            if radius == 0:  # plain Muon
+                p.copy_(w + step)
+                continue
+            new = w + (g["lr"] * radius / step_norm.clamp_min(1e-30)) * step
+            p.copy_(new * (radius / new.norm().clamp_min(1e-30)))
+        return loss
+
+
+class MuonHAdamW:
+    """MuonH for the 2-D hidden matrices and AdamW for everything else, stepping as one optimizer. param_groups
+    lists both (train.py's set_lr and weight decay walk them); state_dict holds both."""
+
+    def __init__(self, groups, lr, betas, fused=False, momentum=0.95):
+        muon, adam = [], []
+        for g in groups:
+            options = {k: v for k, v in g.items() if k not in ("params", "names", "eps")}
+            mat = [(n, p) for n, p in zip(g["names"], g["params"]) if g["role"] == "hidden" and p.dim() == 2]
+            rest = [(n, p) for n, p in zip(g["names"], g["params"]) if not (g["role"] == "hidden" and p.dim() == 2)]
+            if mat:  # no weight decay on the sphere: the renormalisation would undo it
+                muon.append(dict(options, params=[p for _, p in mat], names=[n for n, _ in mat],
+                                 weight_decay=0.0, decay=False))
+            if rest:
+                ratio = MUONH_ADAMW_LR.get(g["role"], MUONH_ADAMW_OTHER_LR) / MUONH_LR
+                adam.append(dict(options, params=[p for _, p in rest], names=[n for n, _ in rest],
+                                 eps=g["eps"], lr_scale=g["lr_scale"] * ratio))
+        for g in muon + adam:
+            g["lr"] = lr * g["lr_scale"]
+        self.muon = MuonH(muon, lr=lr, weight_decay=0.0, momentum=momentum, nesterov=True) if muon else None
+        self.adam = torch.optim.AdamW(adam, lr=lr, betas=betas, weight_decay=0.0, fused=fused) if adam else None
+
+    def parts(self):
+        return [o for o in (self.muon, self.adam) if o is not None]
+
+    @property
+    def param_groups(self):
+        return [g for o in self.parts() for g in o.param_groups]
+
+    def step(self):
+        for o in self.parts():
+            o.step()
+
+    def zero_grad(self, set_to_none=True):
+        for o in self.parts():
+            o.zero_grad(set_to_none=set_to_none)
+
+    def state_dict(self):
+        return {"muon": self.muon.state_dict() if self.muon else None,
+                "adamw": self.adam.state_dict() if self.adam else None}
+
+    def load_state_dict(self, state):
+        for o, key in ((self.muon, "muon"), (self.adam, "adamw")):
+            if o is not None:
+                o.load_state_dict(state[key])
