@@ -56,7 +56,7 @@ import torch
 import torch.nn.functional as F
 
 import scaling
-from loop import load_model
+from loop import is_looped, load_model
 from model import KVCache, Label, modulate, sample_next
 
 CRITERIA = ("entropy", "kl", "change", "agree", "oracle", "optimal")
@@ -67,11 +67,6 @@ ENTRY = Label(-1, -1, -1, False, "prelude")  # label of the embedding (the state
 
 # ---------------------------------------------------------------------------------------------------------------
 # where a token may exit, and what each exit costs
-
-
-def is_looped(model):
-    c = model.config
-    return c.n_loop > 1 or c.n_prelude > 0 or c.n_coda > 0
 
 
 @torch.no_grad()
@@ -86,7 +81,7 @@ def exit_candidates(model, labels, every_layer=False):
     """Positions in `labels` where a token may exit: loop boundaries of a looped model, every layer of a plain one
     (or of a looped one with every_layer), never the last loop step (that is the full depth)."""
     loop = [i for i, lab in enumerate(labels) if lab.part == "loop"]
-    every = every_layer or not is_looped(model)
+    every = every_layer or not is_looped(model.config)
     return [i for i in loop[:-1] if every or labels[i].boundary]
 
 

@@ -44,9 +44,16 @@ LOOP_FIELDS = ("n_loop", "n_prelude", "n_coda", "injection", "hc_lanes", "hc_poo
                "elastic", "shortcut_weight", "consistency_weight", "consistency_on", "trajectory_sampler")
 
 
-def is_looped(config):
+def is_plain(config):
+    """True if every looping key is at its default: build_model makes a GPT, not a LoopedGPT."""
     defaults = GPTConfig.__dataclass_fields__
-    return any(getattr(config, name) != defaults[name].default for name in LOOP_FIELDS)
+    return all(getattr(config, name) == defaults[name].default for name in LOOP_FIELDS)
+
+
+def is_looped(config):
+    """True if the depth reuses layers or has a prelude/coda around a loop, i.e. has loop boundaries (early exit
+    then exits at them). A LoopedGPT with one pass and no prelude or coda (n_loop=1, loop_cond=index, say) is not."""
+    return config.n_loop > 1 or config.n_prelude > 0 or config.n_coda > 0
 
 
 # -----------------------------------------------------------------------------------------------------------------
@@ -575,7 +582,7 @@ def last(walk):
 
 def build_model(config):
     """GPT for a plain config, LoopedGPT for anything with a looping key off its default."""
-    if is_looped(config):
+    if not is_plain(config):
         return LoopedGPT(config)
     return GPT(config)
 

@@ -34,9 +34,9 @@ class GPTConfig:
     head_dim: int = 64  # size of one attention head
     n_head: int = 0  # attention heads; 0 = n_embd // head_dim
     d_ff: int = 0  # FFN hidden size; 0 = 64*ceil(8*n_embd/3/64) for swiglu, 4*n_embd otherwise
-    # ---- block options (paper-000 defaults; other papers' backbones switch these) ----
+    # ---- block (Lee et al.'s defaults; the other papers' backbones switch some) ----
     mlp: str = "swiglu"  # swiglu | gelu | relu2
-    norm_gain: bool = False  # learnable RMSNorm gains (paper 000: none)
+    norm_gain: bool = False  # learnable RMSNorm gains (Lee et al.: none)
     norm_eps: float = 1e-6  # RMSNorm epsilon
     qk_norm: bool = False  # RMSNorm (gain-free) on queries and keys
     pos_emb: str = "rope"  # rope | learned (absolute positions)
@@ -44,38 +44,47 @@ class GPTConfig:
     tie_embeddings: bool = False  # share the token embedding with the output head
     logit_softcap: float = 0.0  # if > 0: logits = c*tanh(logits/c)
     sandwich_norm: bool = False  # RMSNorm on each sublayer's output before the residual add
-    # ---- attention kind (MLA: DeepSeek-V2/V3, used by Chen et al. 2026) ----
+    # ---- attention (MLA: DeepSeek-V2/V3, as Chen et al. 2026 use it) ----
     attn: str = "mha"  # mha | mla (multi-head latent attention: low-rank Q and KV, decoupled RoPE)
     q_lora_rank: int = 0  # MLA query latent rank; 0 = full-rank queries
     kv_lora_rank: int = 64  # MLA key/value latent rank
-    rope_head_dim: int = 32  # MLA: rotary dims per head (one rotary key shared by all heads), on top of head_dim
+    rope_head_dim: int = 32  # MLA: rotary dims per head (one rotary key for all heads), on top of head_dim
     v_head_dim: int = 0  # MLA value size per head; 0 = head_dim
-    # ---- init and muP ----
+    # ---- init and muP (Lee et al.: hidden and head init variance sigma^2/w, Adam LR eta/w, w = n_embd/base) ----
     init: str = "normal"  # normal (N(0, init_std^2)) | uniform (U(-a,a), a = sqrt(3/d))
     init_std: float = 0.02  # sigma_base of the normal init
-    mup: bool = True  # muP of Lee et al.: hidden & head init var sigma^2/w and Adam LR eta/w, w = n_embd/mup_base_width
+    mup: bool = True  # muP of Lee et al. (see the heading)
     mup_base_width: int = 128  # d_base of muP
-    head_init_std: float = 0.0  # > 0: head N(0, head_init_std^2/w) for any init (Schwethelm et al.: 1e-3); 0 = off
-    proj_init: str = "default"  # output projections (c_proj): default | gpt2 N(0, init_std^2/(2 n_layer w)), LoopFormer
-    # ---- looping (loop.py) ----
+    head_init_std: float = 0.0  # > 0: head N(0, std^2/w) whatever the init (Schwethelm et al.: 1e-3); 0 = off
+    proj_init: str = "default"  # c_proj init: default | gpt2 (N(0, init_std^2/(2 n_layer w)), LoopFormer's code)
+    # ---- looping: the depth plan (loop.py) ----
     n_loop: int = 1  # passes of the shared block
     n_prelude: int = 0  # unshared layers before the loop
     n_coda: int = 0  # unshared layers after the loop
-    injection: str = "none"  # how the prelude output e enters each pass: none (u = h; "passthrough") | linear (u = W[e||h], W = [I|0] at init) | additive (u = h + e, h0 = 0)
-    hc_lanes: int = 0  # hyper-connection lanes mixed at loop boundaries (Schwethelm et al.: 2); 0 = off; needs injection=none
-    hc_pool: str = "mean"  # the state the coda reads from the hyper-connection lanes: mean (reproduces Schwethelm et al.'s App. G.1 reduction to the plain loop at init) | sum (the paper's wording)
     loop_norm: bool = False  # RMSNorm after the embedding and at the end of every pass (Schwethelm et al.)
-    bptt_loops: int = 0  # truncated BPTT: gradients through only the last k passes (Schwethelm et al.: ceil(n_loop/2)); 0 = all
-    residual_scaling: str = "none"  # multiplier on each branch of the shared blocks: none 1 | sqrt n_loop^-1/2 | linear 1/n_loop | factorized lambda/n_loop*(n_layer/L_ref)^-1/2, with its LR/eps rule
+    bptt_loops: int = 0  # truncated BPTT: gradients through the last k passes only (Schwethelm et al.); 0 = all
+    # ---- looping: how the prelude's output e enters each pass (Schwethelm et al. 2026) ----
+    # none: u = h ("passthrough"); linear: u = W[e||h], W = [I|0] at init; additive: u = h + e, h0 = 0.
+    # Hyper-connections: hc_lanes lanes mixed at loop boundaries; each lane takes the pass's increment and the
+    # coda reads the lanes' mean (our reading, under which the cyclic init is the plain loop, App. G.1) or sum.
+    injection: str = "none"  # none | linear | additive (see the heading)
+    hc_lanes: int = 0  # hyper-connection lanes (Schwethelm et al.: 2); 0 = off; needs injection=none
+    hc_pool: str = "mean"  # what the coda reads from the lanes: mean (App. G.1's reduction) | sum (its wording)
+    # ---- looping: residual scaling of the shared blocks (Wang et al. 2026), with its LR/eps rule ----
+    # none 1 | sqrt n_loop^-1/2 | linear 1/n_loop | factorized lambda/n_loop * (n_layer/L_ref)^-1/2
+    residual_scaling: str = "none"  # none | sqrt | linear | factorized (see the heading)
     residual_lambda: float = 1.0  # lambda of residual_scaling=factorized
-    residual_ref_layers: int = 12  # L_ref of residual_scaling=factorized (depth where the base LR was tuned)
-    loop_cond: str = "none"  # per-pass conditioning of the shared blocks: none | index (TMLT) | loopformer (t, dt) | iteradaln (LoopMoE)
-    cond_init: str = "zero"  # modulator output init: zero (the papers) | normal (LoopFormer's released code: N(0, 0.02))
-    elastic: str = "none"  # elastic-depth training: none | shortcut (LoopFormer) | early_exit (Base-Loop-EE-Cons, TMLT-EE) | random_depth (Naive-Loop-EE)
+    residual_ref_layers: int = 12  # L_ref of factorized: the depth where the base LR was tuned
+    # ---- looping: per-pass conditioning and elastic depth ----
+    # index (TMLT) | loopformer (t, dt; Jeddi et al.) | iteradaln (Chen et al.). Elastic training: shortcut
+    # (LoopFormer), early_exit (Base-Loop-EE-Cons, TMLT-EE), random_depth (Naive-Loop-EE).
+    loop_cond: str = "none"  # none | index | loopformer | iteradaln (see the heading)
+    cond_init: str = "zero"  # modulator output init: zero (the papers) | normal (LoopFormer's code: N(0, 0.02))
+    elastic: str = "none"  # none | shortcut | early_exit | random_depth (see the heading)
     shortcut_weight: float = 0.1  # lambda_1: weight of the shortcut (or early-exit) cross-entropy
     consistency_weight: float = 0.1  # lambda_2: weight of the consistency MSE
-    consistency_on: str = "hidden"  # consistency target: hidden (final-normed state; LoopFormer's Algorithm 1 and code) | logits (its prose)
-    trajectory_sampler: str = "uniform"  # LoopFormer shortcut trajectories: uniform (the paper: S ~ U{1..L-1}, then uniform over the compositions of L into S steps) | greedy (the released code)
+    consistency_on: str = "hidden"  # hidden (final-normed state; LoopFormer's Algorithm 1, code) | logits (prose)
+    trajectory_sampler: str = "uniform"  # uniform (the paper, §3.3) | greedy (LoopFormer's released code)
     # ---- mixture of experts (moe.py) ----
     n_expert: int = 0  # routed experts per MoE layer; 0 = dense FFN everywhere
     top_k: int = 2  # experts each token is routed to
@@ -88,7 +97,7 @@ class GPTConfig:
     moe_z_coef: float = 0.001  # weight of the router z-loss mean(logsumexp(logits)^2) (ST-MoE; 0 = off)
     moe_seq_coef: float = 0.0  # weight of DeepSeek-V3's sequence-wise balance loss (V3: 1e-4; 0 = off)
     moe_bias_rate: float = 0.0  # aux-loss-free balancing: bias step gamma after each optimizer step (V3: 1e-3)
-    moe_capacity_factor: float = 0.0  # > 0: an expert takes at most ceil(cf*tokens*k/E) tokens per call, drops the rest
+    moe_capacity_factor: float = 0.0  # > 0: an expert takes at most ceil(cf*tokens*k/E) tokens, drops the rest
     moe_dispatch: str = "auto"  # auto | grouped (sort + grouped_mm) | batched (padded bmm) | loop (per expert)
 
     def __post_init__(self):
