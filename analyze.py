@@ -37,7 +37,7 @@ from tqdm import tqdm  # noqa: E402
 
 import moe  # noqa: E402
 from configurator import configure, run  # noqa: E402
-from loop import build_model, load_model, residual_multiplier  # noqa: E402
+from loop import build_model, load_model, pick_device, residual_multiplier  # noqa: E402
 from model import GPTConfig  # noqa: E402
 from optim import train_step  # noqa: E402
 
@@ -290,9 +290,9 @@ def load_models(cfg, model_cfg):
         model = build_model(model_cfg).init_weights(cfg["seed"]).to(cfg["device"]).eval()
         return [("init", model, None)]
     dirs = [d for d in cfg["ckpt"].split(",") if d]
-    names = cfg["labels"].split(",") if cfg["labels"] else [os.path.basename(os.path.normpath(d)) for d in dirs]
+    names = cfg["names"].split(",") if cfg["names"] else [os.path.basename(os.path.normpath(d)) for d in dirs]
     if len(names) != len(dirs):
-        raise SystemExit(f"--labels has {len(names)} names for {len(dirs)} checkpoints")
+        raise SystemExit(f"--names has {len(names)} names for {len(dirs)} checkpoints")
     models = []
     for name, d in zip(names, dirs):
         model, ckpt = load_model(d, cfg["device"])
@@ -875,7 +875,7 @@ def run_coordcheck(cfg, model_cfg):
 
 DEFAULTS = dict(
     ckpt="",  # train.py run dir(s), comma-separated; empty: a model initialised from the config keys
-    labels="",  # legend names for the checkpoints, comma-separated (default: the run dir names)
+    names="",  # legend names for the checkpoints, comma-separated (default: the run dir names)
     out_dir="analysis",  # where NAME.png and NAME.json are written
     data_dir="",  # prepared data for the prompts; empty: the checkpoint's data_dir, else random tokens
     n_tokens=16384,  # prompt tokens read by the checkpoint analyses
@@ -884,7 +884,7 @@ DEFAULTS = dict(
     jsd_threshold=0.5,  # jsd: a token has converged below this normalised JSD (Lee et al.: 0.5)
     states="auto",  # representation: auto | boundary (end of each loop pass) | all (every effective layer)
     seed=0,  # seed of initialisation and random tokens
-    device="cpu",  # cpu | cuda
+    device="auto",  # auto (cuda if there is one) | cpu | cuda
     width=512,  # theorem1: width d of the shared ReLU MLP
     max_loops=64,  # theorem1: largest loop count N (powers of two up to it)
     trials=10,  # theorem1: random draws of (x, W) per point
@@ -943,6 +943,7 @@ def main(argv=None):
     if preset and ("--help" in argv or "-h" in argv):
         print(f"{name} presets, applied before your arguments: {' '.join(preset)}\n")
     cfg, model_cfg = configure(DEFAULTS, GPTConfig, preset + argv[1:], doc_source=os.path.abspath(__file__))
+    cfg["device"] = pick_device(cfg["device"])
     torch.manual_seed(cfg["seed"])
     t0 = time.time()
     result, fig = fn(cfg, model_cfg)

@@ -31,7 +31,7 @@ from contextlib import nullcontext
 import torch
 
 from configurator import configure
-from loop import build_model
+from loop import build_model, pick_device
 from model import GPTConfig
 from optim import make_optimizer, train_step
 import scaling
@@ -47,7 +47,7 @@ rounds = 2  # interleaved rounds over all setups (total timed steps per setup = 
 warmup = 2  # untimed steps per setup before timing (compilation happens here)
 clock = "wall"  # wall (elapsed time) | cpu (CPU time of this process: robust on a shared machine)
 threads = 0  # torch threads on CPU; 0 = auto, as train.py: OMP_NUM_THREADS if set, else the idle cores
-device = "cpu"  # cpu | cuda
+device = "auto"  # auto (cuda if there is one) | cpu | cuda
 out = ""  # optional JSON file for the results
 
 
@@ -71,6 +71,7 @@ def runnable_dtypes(names, device_type):
 def main(argv=None):
     defaults = {k: v for k, v in globals().items() if not k.startswith("_")}
     cfg, model_cfg = configure(defaults, GPTConfig, argv, doc_source=__file__)
+    cfg["device"] = pick_device(cfg["device"])
     if cfg["preset"] == "nanogpt":
         model_cfg = GPTConfig(**{**model_cfg.to_dict(), "n_embd": 256, "n_layer": 8, "block_size": 256,
                                  "vocab_size": 50257, "mup": False})

@@ -22,7 +22,7 @@ from contextlib import nullcontext
 import torch
 
 from configurator import configure, run
-from loop import build_model
+from loop import build_model, pick_device
 from model import MLP, GPTConfig
 import moe
 from bench import runnable_dtypes
@@ -37,7 +37,7 @@ repeats = 3  # rounds; the reported time is the median over rounds
 dtypes = "float32,bfloat16"  # comma-separated: float32, bfloat16 (CPU autocast / CUDA autocast)
 paths = "grouped,batched,loop"  # dispatch paths to time (auto resolves to one of them)
 ffn_tokens = 4096  # tokens of the single-FFN-layer benchmark (0 = skip it)
-device = "auto"  # auto | cpu | cuda
+device = "auto"  # auto (cuda if there is one) | cpu | cuda
 threads = 0  # torch threads on CPU; 0 = auto, as train.py: OMP_NUM_THREADS if set, else the idle cores
 clock = "wall"  # wall | process (CPU time of this process: steadier on a shared machine, use with --threads=1)
 out = ""  # if set: write the results as JSON to this path
@@ -157,7 +157,7 @@ def main():
     cfg, model_cfg = configure(defaults, GPTConfig, argv=argv, doc_source=__file__)
     if model_cfg.n_expert == 0:
         raise SystemExit("bench_moe.py compares MoE with dense models: set n_expert > 0")
-    dev = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if cfg["device"] == "auto" else cfg["device"])
+    dev = torch.device(pick_device(cfg["device"]))
     if dev.type == "cpu":
         torch.set_num_threads(cpu_threads(cfg["threads"]))
     path_list = [p for p in cfg["paths"].split(",") if p]

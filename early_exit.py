@@ -56,7 +56,7 @@ import torch
 import torch.nn.functional as F
 
 import scaling
-from loop import is_looped, load_model
+from loop import is_looped, load_model, pick_device
 from model import KVCache, Label, modulate, sample_next
 
 CRITERIA = ("entropy", "kl", "change", "agree", "oracle", "optimal")
@@ -631,8 +631,8 @@ batch_size = 8  # sequences per evaluation batch
 block_size = 0  # evaluation window in tokens; 0 = the model's block_size
 n_tau = 64  # thresholds per criterion in the sweep
 data_dir = ""  # token files; "" = the first checkpoint's training data
-out = ""  # output path prefix for .json and .png; "" = <first run dir>/early_exit_<mode>
-device = "cpu"  # cpu | cuda | cuda:N
+out_dir = ""  # where early_exit_<mode>.json and .png go; "" = the first run's directory
+device = "auto"  # auto (cuda if there is one) | cpu | cuda | cuda:N
 dtype = "float32"  # float32 | bfloat16 (autocast)
 budget = 0  # elastic: enumerate every schedule with this many steps (0 = the per-budget curve only)
 schedule = ""  # elastic: one more schedule to evaluate, in units of 1/L, e.g. "4,2,1,1"
@@ -770,6 +770,7 @@ def main(argv=None):
     # the command-line keys are the lower-case simple globals above (constants are upper case)
     defaults = {k: v for k, v in globals().items() if k.islower() and not k.startswith("_")}
     cfg, _ = configure(defaults, None, argv, doc_source=__file__)
+    cfg["device"] = pick_device(cfg["device"])
     if cfg["mode"] not in ("exit", "elastic", "bench"):
         raise SystemExit(f"--mode must be exit | elastic | bench, got {cfg['mode']!r}")
     crits = [c for c in cfg["criteria"].split(",") if c]
@@ -779,8 +780,9 @@ def main(argv=None):
     torch.manual_seed(1337)
     runs = load_runs(cfg)
     data, T = validation(cfg, runs)
-    prefix = cfg["out"] or os.path.join(runs[0][1] if os.path.isdir(runs[0][1]) else os.path.dirname(runs[0][1]),
-                                        f"early_exit_{cfg['mode']}")
+    first = runs[0][1] if os.path.isdir(runs[0][1]) else os.path.dirname(runs[0][1])
+    os.makedirs(cfg["out_dir"] or first, exist_ok=True)
+    prefix = os.path.join(cfg["out_dir"] or first, f"early_exit_{cfg['mode']}")
     batches = list(data.val_batches(cfg["batch_size"], T, cfg["eval_tokens"]))
     results = {}
     with autocast(cfg):

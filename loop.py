@@ -587,6 +587,11 @@ def build_model(config):
     return GPT(config)
 
 
+def pick_device(name):
+    """The torch device for a script's device key: auto = cuda if there is one, else cpu."""
+    return ("cuda" if torch.cuda.is_available() else "cpu") if name == "auto" else name
+
+
 def read_checkpoint(path, device="cpu"):
     """The checkpoint dict of a train.py run; a missing, empty or truncated file is one line saying what to do."""
     if not os.path.exists(path):

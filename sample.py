@@ -7,7 +7,7 @@ import torch
 
 from configurator import configure, run
 from data import get_tokenizer
-from loop import load_model
+from loop import load_model, pick_device
 
 ckpt = "out/default"  # run directory (or path to a ckpt.pt) written by train.py
 prompt = "\n"  # text to continue; "FILE:path" reads it from a file
@@ -16,7 +16,7 @@ max_new_tokens = 200  # tokens to generate per sample (prompt + new tokens must 
 temperature = 0.8  # 0 = greedy; < 1 sharper, > 1 more random
 top_k = 50  # keep only the top_k most likely tokens (0 = all)
 seed = 1337  # sampling seed
-device = "cpu"  # cpu | cuda
+device = "auto"  # auto (cuda if there is one) | cpu | cuda | cuda:N
 dtype = "float32"  # float32 | bfloat16 (autocast)
 exit_criterion = "none"  # early exit per token (early_exit.py): none | entropy | kl | change | agree
 exit_tau = 0.0  # early exit: a token stops at the first candidate exit whose criterion score is below this
@@ -27,6 +27,7 @@ exit_every_layer = False  # early exit: looped models may stop after any loop la
 def main(argv=None):
     defaults = {k: v for k, v in globals().items() if not k.startswith("_")}
     cfg, _ = configure(defaults, None, argv, doc_source=__file__)
+    cfg["device"] = pick_device(cfg["device"])
     model, state = load_model(cfg["ckpt"], cfg["device"])
     tok = get_tokenizer(state["train_config"].get("tokenizer", "gpt2"))
     text = cfg["prompt"]

@@ -28,7 +28,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from configurator import ConfigError, configure, run
 from data import TokenData, default_data_dir, ensure_data
-from loop import build_model, read_checkpoint
+from loop import build_model, pick_device, read_checkpoint
 from model import GPTConfig
 from optim import lr_multiplier, make_optimizer, set_lr, train_step
 import scaling
@@ -295,9 +295,7 @@ def main(argv=None):
     else:
         rank, world_size, local_rank = 0, 1, 0
     master = rank == 0
-    device = cfg["device"]
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
+    device = pick_device(cfg["device"])
     if device == "cuda" and ddp:
         device = f"cuda:{local_rank}"
     device_type = "cuda" if device.startswith("cuda") else "cpu"

@@ -171,7 +171,7 @@ def looped_moe_ckpt(tmp_path_factory):
 
 
 def test_jsd_subcommand(tmp_path, plain_ckpt):
-    r = run("jsd", tmp_path, f"--ckpt={plain_ckpt},{plain_ckpt}", "--labels=a,b")
+    r = run("jsd", tmp_path, f"--ckpt={plain_ckpt},{plain_ckpt}", "--names=a,b")
     layers = r["a"]["layers"]
     assert len(layers) == 2 and layers[-1]["mean"] == pytest.approx(0.0, abs=1e-6)
     assert layers[-1]["frac_converged"] == 1.0 and r["a"] == r["b"]

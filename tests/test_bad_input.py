@@ -103,7 +103,7 @@ def test_damaged_checkpoints_are_one_line_in_every_tool(damaged, kind, tmp_path)
     with pytest.raises(ConfigError, match=says):
         train.main([f"--out_dir={run_dir}", "--resume", "--data_dir=" + str(tmp_path / "unused")])
     with pytest.raises(ConfigError, match=says):
-        early_exit.main([f"--ckpt={run_dir}", f"--out={tmp_path}/ee"])
+        early_exit.main([f"--ckpt={run_dir}", f"--out_dir={tmp_path}/ee"])
     with pytest.raises(ConfigError, match=says):
         analyze.main(["jsd", f"--ckpt={run_dir}", f"--out_dir={tmp_path}"])
     out = subprocess.run([sys.executable, "sample.py", f"--ckpt={run_dir}"], cwd=REPO, capture_output=True,

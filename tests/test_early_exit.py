@@ -557,22 +557,22 @@ def test_command_line_writes_json_png_and_table(tmp_path, capsys):
         runs.append(str(run))
     out = str(tmp_path / "cmp")
     ee.main([f"--ckpt={','.join(runs)}", "--names=A,B,C", "--criteria=entropy,change", "--eval_tokens=1024",
-             "--block_size=32", "--n_tau=12", f"--out={out}"])
+             "--block_size=32", "--n_tau=12", f"--out_dir={out}"])
     printed = capsys.readouterr().out
     assert "A [entropy]" in printed and "B [change]" in printed and "30%" in printed
-    res = json.load(open(out + ".json"))["results"]
+    res = json.load(open(f"{out}/early_exit_exit.json"))["results"]
     assert set(res) == {"A", "B", "C"} and res["A"]["tokens"] == 1024
-    assert os.path.getsize(out + ".png") > 1000
+    assert os.path.getsize(f"{out}/early_exit_exit.png") > 1000
     with pytest.raises(SystemExit, match="criterion"):
         ee.main([f"--ckpt={runs[0]}", "--criteria=entropie"])
     # the benchmark runs end to end (its timings mean nothing here)
     ee.main([f"--ckpt={runs[0]}", "--mode=bench", "--taus=2.0", "--prompt_len=4", "--new_tokens=6",
-             "--repeats=1", "--block_size=32", "--eval_tokens=256", f"--out={out}_bench"])
-    rows = json.load(open(out + "_bench.json"))["results"]["run0"]
+             "--repeats=1", "--block_size=32", "--eval_tokens=256", f"--out_dir={out}"])
+    rows = json.load(open(f"{out}/early_exit_bench.json"))["results"]["run0"]
     assert rows[0]["criterion"] is None and rows[1]["tau"] == 2.0
     assert rows[1]["predicted"] == pytest.approx(1 / (1 - rows[1]["saved_flops"]))  # full FLOPs / executed FLOPs
     ee.main([f"--ckpt={runs[2]}", "--mode=elastic", "--budget=2", "--schedule=2,1", "--eval_tokens=256",
-             "--block_size=32", f"--out={out}_elastic"])
-    res = json.load(open(out + "_elastic.json"))["results"]["run2"]
+             "--block_size=32", f"--out_dir={out}"])
+    res = json.load(open(f"{out}/early_exit_elastic.json"))["results"]["run2"]
     assert len(res["all_schedules"]) == 2 and set(res["budgets"]) == {"1", "2", "3"}
-    assert os.path.getsize(out + "_elastic.png") > 1000
+    assert os.path.getsize(f"{out}/early_exit_elastic.png") > 1000
