@@ -34,16 +34,11 @@ combine the gated outputs per token; none loops over tokens.
   sync, graph breaks under compile): the readable path, and the fastest on CPU. In bf16/fp16 on CPU each
   expert's rows are padded with zeros up to one of a few sizes (bucket()): oneDNN JIT-compiles a kernel for every
   new matmul shape (about 2 ms, 10x the matmul itself at d=256), and expert loads change at every step.
-- "auto": on CUDA grouped in bf16 (else batched); on CPU loop, batched under compile. Measured here
-  (bench_moe.py --threads=1 --clock=process: CPU time, 1 thread, on a machine busy with other runs; d=256,
-  8 effective layers, 2,048 tokens/step, E=8, k=2, expert load max/mean 1.6 at init), training-step time
-  MoE / Base: fp32 loop 1.09, grouped 1.15, batched 1.40-1.58; bf16 loop 1.41 (1.37 fwd+bwd; 3.6 before the
-  row buckets), batched 1.45-1.74, grouped 2.73. The rest of the bf16 gap (profiled: +0.41 s on 1.34 s) is
-  a quarter matmuls (padding, 24 small calls a layer instead of 3), a quarter autocast's bf16 copies of all E
-  experts' weights and of their gradients, and the rest zero-fills, the concatenation and AdamW over 4x the
-  dense FFN's parameters: costs per stored parameter that fast bf16 matmuls no longer hide. grouped_mm's CPU
-  kernel is slow here (no bf16 matrix units; with 2 threads it slows down sharply). Re-check with bench_moe.py
-  on a quiet machine.
+- "auto": on CUDA grouped in bf16 (else batched); on CPU loop, batched under compile: the fastest path that
+  bench_moe.py measured for each device and dtype (its output and the README hold the numbers). In bf16 on CPU
+  the MoE step's cost beyond the dense step is mostly per stored parameter, not matmuls: autocast's bf16 copies
+  of all E experts' weights and gradients, zero-fills, the concatenation, and AdamW over E/k times the dense FFN's
+  parameters. grouped_mm's CPU kernel does not use the bf16 matrix units.
 A capacity factor (off by default) drops the slots beyond an expert's capacity in slot order (earlier tokens
 first); grouped and loop still compute the dropped rows (gate 0) to keep their shapes simple. A float64
 per-token reference lives only in tests/test_moe.py; every path matches it (values and gradients).
