@@ -131,6 +131,20 @@ def test_config_errors_name_the_closest_key(tmp_path):
     assert cfg["lr"] == 5e-3 and mcfg.n_embd == 64 and mcfg.mup is True and cfg["batch_size"] == 8
 
 
+def test_integer_keys_take_whole_numbers_in_scientific_notation(tmp_path):
+    """--max_tokens=1e9 (data.py) and --max_iters=2e4 are ints; 1.5 for an int key is still an error."""
+    defaults = {"max_iters": 800, "max_tokens": 0, "lr": 1e-3}
+    cfg, mcfg = configure(defaults, GPTConfig, ["--max_iters=2e4", "--max_tokens=1e9", "--n_layer=1.6e1"])
+    assert (cfg["max_iters"], cfg["max_tokens"], mcfg.n_layer) == (20000, 10**9, 16)
+    assert type(cfg["max_iters"]) is int and type(cfg["max_tokens"]) is int and type(mcfg.n_layer) is int
+    preset = tmp_path / "p.py"
+    preset.write_text("max_iters = 5e4\n")
+    assert configure(defaults, GPTConfig, [str(preset)])[0]["max_iters"] == 50000
+    for bad in ("--max_iters=1.5", "--max_iters=1e999", "--max_iters=nan"):
+        with pytest.raises(ConfigError, match="max_iters expects int"):
+            configure(defaults, GPTConfig, [bad])
+
+
 def test_config_builds_on_a_file_beside_it(tmp_path, monkeypatch):
     """A config file sees its own path as __file__, so it can exec a base file next to it from any working
     directory (the LoopMoE ladder presets are built that way), then change some keys."""
