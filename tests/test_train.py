@@ -143,6 +143,8 @@ def test_integer_keys_take_whole_numbers_in_scientific_notation(tmp_path):
     for bad in ("--max_iters=1.5", "--max_iters=1e999", "--max_iters=nan"):
         with pytest.raises(ConfigError, match="max_iters expects int"):
             configure(defaults, GPTConfig, [bad])
+    with pytest.raises(ConfigError, match=r"n_layer=1000000000 is more than any model here builds \(at most 10,000\)"):
+        configure(defaults, GPTConfig, ["--n_layer=1e9"])  # one line, not a build that never ends
 
 
 def test_config_builds_on_a_file_beside_it(tmp_path, monkeypatch):
