@@ -125,6 +125,20 @@ def test_prepare_files_gpt2_and_max_tokens(tmp_path):
     assert data.get_tokenizer("gpt2").decode(val.tolist()) in docs
 
 
+def test_vocabularies_above_65536_are_stored_as_uint32(tmp_path, monkeypatch):
+    """Token ids past uint16 (OLMo 3's 100,278-token vocabulary) survive prepare and the loader."""
+    shifted = data.Tokenizer("big", 100_278, 100_277, lambda text: [70_000 + b for b in text.encode()], None)
+    monkeypatch.setattr(data, "get_tokenizer", lambda name: shifted)
+    docs = write_docs(tmp_path / "txt", 4)
+    meta = data.prepare(f"files:{tmp_path}/txt/*.txt", str(tmp_path / "out"), "big", val_fraction=0.25)
+    assert meta["dtype"] == "uint32" and os.path.getsize(tmp_path / "out" / "train.bin") == 4 * meta["train_tokens"]
+    loaded = data.TokenData(str(tmp_path / "out"))
+    val = loaded.splits["val"]
+    assert bytes(int(i) - 70_000 for i in val).decode() in docs  # one whole document, ids above 65,535 intact
+    x, y = loaded.get_batch(0, 0, 0, 1, 1, batch_size=2, block_size=8)
+    assert int(x.min()) >= 70_000 and torch.equal(x[:, 1:], y[:, :-1])
+
+
 def test_prepare_single_file_splits_its_tail(tmp_path):
     lines = [f"line {i} of the one file" for i in range(200)]
     (tmp_path / "input.txt").write_text("\n".join(lines))
