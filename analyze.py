@@ -309,12 +309,13 @@ def models_and_prompts(cfg, model_cfg):
 def prompt_batches(cfg, model, ckpt=None):
     """Token batches (B, T) for the checkpoint analyses: the fixed validation set of data_dir (the checkpoint's own
     when data_dir is empty), or seeded random tokens when there is no prepared data."""
-    from data import TokenData, default_data_dir
+    from data import TokenData, default_data_dir, hf_of
     T = min(cfg["seq_len"], model.config.block_size)
     B = cfg["batch_size"]
     train_cfg = (ckpt or {}).get("train_config") or {}
     data_dir = cfg["data_dir"] or train_cfg.get("data_dir") or (
-        default_data_dir(train_cfg["data_source"], train_cfg["tokenizer"]) if "data_source" in train_cfg else "")
+        default_data_dir(train_cfg["data_source"], train_cfg["tokenizer"], hf_of(train_cfg))
+        if "data_source" in train_cfg else "")
     if data_dir and os.path.exists(os.path.join(data_dir, "meta.json")):
         data = TokenData(data_dir)
         if data.vocab_size > model.config.vocab_size:

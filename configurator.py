@@ -8,7 +8,8 @@ The one config parser every script uses (nanoGPT lineage, made strict).
        import os
        exec(open(os.path.join(os.path.dirname(__file__), "base.py")).read())  # then assign what differs
 2. Each --key=value overrides one key. Values are parsed with ast.literal_eval (so 3e-3, True, None, (1, 2)
-   work) and fall back to a plain string ("--init_from=resume").
+   work) and fall back to a plain string ("--init_from=resume"). An integer key takes a whole number written as a
+   float too (--max_tokens=1e9, --max_iters=2e4, also in config files).
 3. Keys are the calling script's defaults plus the fields of the model config dataclass (GPTConfig). An unknown
    key or a value of the wrong type stops the script with a message naming the closest valid key.
 4. --help lists every key with its default and the one-line comment written next to it in the source.
@@ -57,7 +58,8 @@ def _comments(source_file, names):
 
 
 def _check_type(key, value, default):
-    """Accept value if it fits the default's type; ints are fine where floats are expected."""
+    """Accept value if it fits the default's type; ints are fine where floats are expected, and a float that is a
+    whole number (1e9, 2e4) where an int is (1.5 is not)."""
     if default is None:
         return value
     if isinstance(default, bool):
@@ -66,6 +68,8 @@ def _check_type(key, value, default):
         ok = isinstance(value, (int, float)) and not isinstance(value, bool)
         value = float(value) if ok else value
     elif isinstance(default, int):
+        if isinstance(value, float) and value.is_integer():  # integral scientific notation: --max_tokens=1e9
+            value = int(value)
         ok = isinstance(value, int) and not isinstance(value, bool)
     elif isinstance(default, (tuple, list)):
         ok = isinstance(value, (tuple, list))

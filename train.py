@@ -27,7 +27,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from configurator import ConfigError, configure, run
-from data import TokenData, default_data_dir, ensure_data
+from data import TokenData, default_data_dir, ensure_data, hf_of, training_vocab
 from loop import build_model, pick_device, read_checkpoint
 from model import GPTConfig
 from optim import lr_multiplier, make_optimizer, set_lr, train_step
@@ -45,10 +45,13 @@ eval_tokens = 65536  # validation tokens per evaluation (a fixed set)
 log_interval = 10  # steps between log lines
 sample_tokens = 300  # tokens of text to print at the end (0 = none)
 # data
-data_source = "offline"  # offline | kjv | shakespeare | fineweb-edu | files:<glob>
-tokenizer = "byte"  # byte | gpt2
+data_source = "offline"  # offline | kjv | shakespeare | fineweb-edu (streamed as far as the run needs) | files:<glob>
+tokenizer = "auto"  # byte | gpt2 (vocab_size follows it) | auto: byte if vocab_size is its 257, else name one
 data_dir = ""  # token files; "" = data/<source>_<tokenizer> in the repository
 text_column = "text"  # parquet files (and fineweb-edu): the column that holds the documents' text
+hf_dataset = "HuggingFaceFW/fineweb-edu"  # what fineweb-edu streams: a Hub dataset or a local folder of its files
+hf_config = "sample-10BT"  # its config (sample-10BT, sample-100BT, sample-350BT); "" = none
+hf_split = "train"  # its split
 # optimization
 batch_size = 16  # sequences per micro-batch (per rank)
 grad_accum = 1  # micro-batches per step across ALL ranks (must be divisible by the number of ranks)
@@ -75,8 +78,8 @@ threads = 0  # torch threads on CPU; 0 = auto: OMP_NUM_THREADS if set, else the 
 ddp_find_unused = False  # DDP find_unused_parameters (needed when some weights get no gradient in a step)
 seed = 1337  # seeds the init and the batch order
 # ---------------------------------------------------------------------------------------------------------------
-_CHOICES = dict(tokenizer=("byte", "gpt2"), flops_convention=("lee", "schwethelm"), optimizer=("adamw", "muonh"),
-                schedule=("wsd_sqrt", "wsd_linear", "cosine", "linear", "constant"),
+_CHOICES = dict(tokenizer=("auto", "byte", "gpt2"), flops_convention=("lee", "schwethelm"),
+                optimizer=("adamw", "muonh"), schedule=("wsd_sqrt", "wsd_linear", "cosine", "linear", "constant"),
                 dtype=("auto", "float32", "bfloat16"))
 # keys that may differ on --resume without changing the run, and those --resume_changes may change on purpose
 _RESUME_NEUTRAL = ("resume", "resume_changes", "overwrite", "out_dir", "log_interval", "sample_tokens")
@@ -311,32 +314,15 @@ def main(argv=None):
     check_world(cfg["grad_accum"], world_size)
     accum = cfg["grad_accum"] // world_size  # micro-batches per rank per step
     say = print if master else (lambda *a, **k: None)
+    try:  # before open_run, so that a resumed run compares the tokenizer it trained with
+        cfg["tokenizer"], model_cfg.vocab_size, note = training_vocab(cfg["tokenizer"], model_cfg.vocab_size)
+    except ValueError as e:
+        raise ConfigError(f"config error: {e}") from None
+    if note:
+        say(note)
     ckpt, changes = open_run(cfg, model_cfg, master, say)
     if device_type == "cpu":
         torch.set_num_threads(cpu_threads(cfg["threads"], say))
-
-    # ---- data ----
-    data_dir = cfg["data_dir"] or default_data_dir(cfg["data_source"], cfg["tokenizer"])
-    if master:
-        try:
-            ensure_data(data_dir, cfg["data_source"], cfg["tokenizer"], text_column=cfg["text_column"])
-        except (FileNotFoundError, RuntimeError, ValueError) as e:  # data.py's messages say what to do
-            raise ConfigError(f"data: {e}") from None
-    if ddp:
-        dist.barrier()  # rank 0 prepares the token files once
-    data = TokenData(data_dir)
-    meta = data.meta
-    if model_cfg.vocab_size != meta["vocab_size"]:
-        if model_cfg.vocab_size != GPTConfig.vocab_size:
-            say(f"note: the config's vocab_size={model_cfg.vocab_size} is replaced by the data's "
-                f"{meta['vocab_size']} ({meta['tokenizer']} tokenizer)")
-        model_cfg.vocab_size = meta["vocab_size"]
-    for split in ("train", "val"):
-        if meta[f"{split}_tokens"] <= model_cfg.block_size:
-            raise ConfigError(f"data: {data_dir} holds {meta[f'{split}_tokens']:,} {split} tokens, fewer than one "
-                              f"window of block_size+1 = {model_cfg.block_size + 1}: add text or lower --block_size")
-    say(f"data: {data_dir} ({meta['tokenizer']}, {meta['train_tokens']:,} train / {meta['val_tokens']:,} val tokens),"
-        f" unigram entropy of the training tokens {data.unigram_entropy():.4f} nats")
 
     # ---- model, optimizer, state ----
     ckpt_path = os.path.join(cfg["out_dir"], "ckpt.pt")
@@ -370,6 +356,40 @@ def main(argv=None):
         max_steps = max(1, round(cfg["flops_budget"] / flops_per_token / tokens_per_step))
     else:
         max_steps = cfg["max_iters"]
+
+    # ---- data: as many tokens as the steps draw (a stream is prepared that far) ----
+    run_tokens = max(max_steps * tokens_per_step, T + 1)  # training tokens the run draws (at least one window)
+    stream = cfg["data_source"] == "fineweb-edu"  # prepared as far as the run needs: its tokens and the val set
+    need = dict(max_tokens=run_tokens, min_val_tokens=cfg["eval_tokens"] + 1) if stream else {}
+    data_dir = cfg["data_dir"] or default_data_dir(cfg["data_source"], cfg["tokenizer"], hf_of(cfg))
+
+    def prepare_data():
+        try:
+            ensure_data(data_dir, cfg["data_source"], cfg["tokenizer"], text_column=cfg["text_column"],
+                        hf=hf_of(cfg), **need)
+        except (FileNotFoundError, RuntimeError, ValueError) as e:  # data.py's messages say what to do
+            raise ConfigError(f"data: {e}") from None
+    if master:
+        prepare_data()
+    if ddp:
+        dist.barrier()  # rank 0 prepares the token files once
+        if local_rank == 0 and not master:  # another node: finds rank 0's files on a shared filesystem, or
+            prepare_data()  # prepares the same ones on its own disk (data.py's docstring)
+        dist.barrier()
+    data = TokenData(data_dir, train_tokens=run_tokens if stream else None)
+    meta = data.meta
+    for split in ("train", "val"):
+        if len(data.splits[split]) <= T:
+            raise ConfigError(f"data: {data_dir} holds {len(data.splits[split]):,} {split} tokens, fewer than one "
+                              f"window of block_size+1 = {T + 1}: add text or lower --block_size")
+    used = len(data.splits["train"])
+    if run_tokens > used:
+        say(f"note: the data repeats: the run draws {run_tokens:,} training tokens from the {used:,} in {data_dir}, "
+            f"each about {run_tokens / used:.1f} times" + (" (the stream has no more)" if stream else ""))
+    share = f"the first {used:,} of " if used < meta["train_tokens"] else ""
+    say(f"data: {data_dir} ({meta['tokenizer']}, {share}{meta['train_tokens']:,} train / {meta['val_tokens']:,} val "
+        f"tokens), unigram entropy of the training tokens {data.unigram_entropy():.4f} nats")
+
     # MFU counts the work actually done per token, attention included
     mfu_flops = scaling.flops_per_token(raw_model, "schwethelm", T)
     peak = peak_flops(device_type, ptdtype) * world_size

@@ -26,7 +26,13 @@ init = "uniform"  # attention/MLP U(-a, a), a = sqrt(3/fan_in); mlp.c_proj then 
 init_std = 1.0  # the embedding is N(0, 1)
 head_init_std = 1e-3  # the head is N(0, 1e-3): initial loss ln V
 mup = False
-vocab_size = 32008  # Llama-2 tokenizer (train.py replaces it by the data's tokenizer vocabulary)
+vocab_size = 32008  # Llama-2's, for accounting (scaling.py count); training uses the tokenizer below
 vocab_pad_multiple = 64  # 32,008 -> 32,064 rows, as in the paper
 block_size = 2048
 flops_convention = "schwethelm"  # Schwethelm et al. §3.2 + App. G (scaling.py), a train.py key
+# Data: Schwethelm et al. train on a subset of FineWeb-Edu in Llama-2 tokens. The Llama-2 tokenizer cannot be had here,
+# so the substitution is GPT-2's: runs train on FineWeb-Edu's 10BT sample in GPT-2 tokens, with vocab_size 50,257
+# (50,304 rows after padding; train.py says so when it replaces the 32,008 above)
+data_source = "fineweb-edu"
+tokenizer = "gpt2"  # substitution for Llama-2's
+hf_config = "sample-10BT"

@@ -22,6 +22,11 @@ pos_emb = "learned"
 tie_embeddings = True
 norm_gain = True  # the final norm has a gain; the conditioned block norms are affine-free
 vocab_size = 50257  # GPT-2
+# Data: the paper trains on a deduplicated subset of The Pile (25B tokens), which cannot be had here; the substitution
+# is FineWeb-Edu, in the paper's GPT-2 tokens, from its 100BT sample (the 24.6B tokens of 50,000 steps exceed the 10BT)
+data_source = "fineweb-edu"
+tokenizer = "gpt2"
+hf_config = "sample-100BT"
 vocab_pad_multiple = 64  # 50,304
 block_size = 1024
 mup = False

@@ -30,7 +30,14 @@ moe_z_coef = 0.0
 mlp = 'swiglu'
 mup = False
 block_size = 2048  # [inferred]
-vocab_size = 100278  # OLMo 3 tokenizer, for accounting; train.py takes the data's vocabulary
+vocab_size = 100278  # OLMo 3 tokenizer, for accounting (the matching above); training uses the tokenizer below
+# Data: Chen et al. train on a 200B-token subset of OLMo 3's Dolma3Mix in OLMo 3 tokens (100,278); neither can be had
+# here, so the substitution is FineWeb-Edu in GPT-2 tokens: training uses vocab_size 50,257 (train.py says so), which
+# stores 205M fewer embedding and head parameters than the matched model (LoopMoE: 2,852M stored, 691M per token).
+# For the paper's 200B tokens: --hf_config=sample-350BT.
+data_source = "fineweb-edu"
+tokenizer = "gpt2"  # substitution for OLMo 3's
+hf_config = "sample-10BT"
 optimizer = 'adamw'
 lr = 0.0003  # [inferred]
 schedule = 'cosine'

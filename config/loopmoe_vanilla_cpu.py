@@ -21,6 +21,7 @@ moe_d_ff = 48  # hidden size of one expert
 d_ff = 336  # that dense layer: the FLOPs of (top_k + shared) experts
 vocab_size = 257  # the byte tokenizer
 block_size = 128
+data_source = 'offline'  # the paper-scale file's is fineweb-edu
 tokenizer = 'byte'
 lr = 0.002
 warmup_iters = 30

@@ -9,8 +9,8 @@
 # Other r: --n_loop=2 --n_layer=8 | --n_loop=8 --n_layer=2 | r=1: --n_loop=1 --n_layer=16 (20 unshared layers).
 # Probes (§5): truncated BPTT --bptt_loops=2 (ceil(r/2)); hyper-connections --injection=none --hc_lanes=2.
 # Injection ablation (App. C.2): --injection=additive | --injection=none (passthrough).
-# The Llama-2 tokenizer (vocab 32,008 -> 32,064) is not available offline: train.py replaces vocab_size by the
-# data's tokenizer (GPT-2 or bytes); scaling.py count config/recur_r4.py keeps the paper's vocabulary.
+# Data: FineWeb-Edu in GPT-2 tokens, substituted for the paper's Llama-2 tokens (config/isodepth.py);
+# scaling.py count config/recur_r4.py keeps the paper's vocabulary (32,008 -> 32,064).
 import os
 
 exec(open(os.path.join(os.path.dirname(__file__), "isodepth.py")).read())  # the architecture, init, FLOP convention

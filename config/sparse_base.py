@@ -8,6 +8,12 @@ head_dim = 64  # heads of 64: n_head = d/64
 mlp = "swiglu"
 d_ff = 0  # 0 = 64*ceil(8d/3/64), the paper's d_ff
 vocab_size = 50257  # GPT-2 tokenizer
+# Data (Lee et al. §3): the 10B-token sample of FineWeb-Edu in GPT-2 tokens. train.py streams as many tokens as the run
+# needs into data/fineweb-edu_gpt2 (from the Hugging Face Hub; without network: a local copy of its parquet files with
+# --hf_dataset=/path/to/folder, or bytes of the offline corpus with --data_source=offline --tokenizer=byte)
+data_source = "fineweb-edu"
+tokenizer = "gpt2"
+hf_config = "sample-10BT"
 tie_embeddings = False
 norm_gain = False  # pre-RMSNorm without learnable gains
 pos_emb = "rope"

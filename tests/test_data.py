@@ -125,6 +125,20 @@ def test_prepare_files_gpt2_and_max_tokens(tmp_path):
     assert data.get_tokenizer("gpt2").decode(val.tolist()) in docs
 
 
+def test_vocabularies_above_65536_are_stored_as_uint32(tmp_path, monkeypatch):
+    """Token ids past uint16 (OLMo 3's 100,278-token vocabulary) survive prepare and the loader."""
+    shifted = data.Tokenizer("big", 100_278, 100_277, lambda text: [70_000 + b for b in text.encode()], None)
+    monkeypatch.setattr(data, "get_tokenizer", lambda name: shifted)
+    docs = write_docs(tmp_path / "txt", 4)
+    meta = data.prepare(f"files:{tmp_path}/txt/*.txt", str(tmp_path / "out"), "big", val_fraction=0.25)
+    assert meta["dtype"] == "uint32" and os.path.getsize(tmp_path / "out" / "train.bin") == 4 * meta["train_tokens"]
+    loaded = data.TokenData(str(tmp_path / "out"))
+    val = loaded.splits["val"]
+    assert bytes(int(i) - 70_000 for i in val).decode() in docs  # one whole document, ids above 65,535 intact
+    x, y = loaded.get_batch(0, 0, 0, 1, 1, batch_size=2, block_size=8)
+    assert int(x.min()) >= 70_000 and torch.equal(x[:, 1:], y[:, :-1])
+
+
 def test_prepare_single_file_splits_its_tail(tmp_path):
     lines = [f"line {i} of the one file" for i in range(200)]
     (tmp_path / "input.txt").write_text("\n".join(lines))
@@ -227,34 +241,84 @@ def test_fineweb_needs_max_tokens(tmp_path):
         data.prepare("fineweb-edu", str(tmp_path / "out"), "byte")
 
 
-def fake_stream(n_docs, fail_after=None):
-    """A stand-in for open_stream: n_docs texts; raises after `fail_after` documents, like a killed process."""
-    def texts_from(source, skip, text_column):
-        for i in range(skip, n_docs):
-            if fail_after is not None and i == fail_after:
-                raise KeyboardInterrupt
-            yield f"streamed document {i} " + "x" * (i % 17)
-    return texts_from
+def fineweb_stand_in(folder, n_docs=1500, n_files=3):
+    """A local folder of parquet files that the fineweb-edu source streams in place of the Hub's (--hf_dataset),
+    with FineWeb-Edu's columns text and id; returns (the hf keys, the texts in stream order)."""
+    texts = [f"streamed document {i} " + "x" * (i % 17) for i in range(n_docs)]
+    os.makedirs(folder, exist_ok=True)
+    per = n_docs // n_files
+    for k in range(n_files):
+        rows = range(k * per, (k + 1) * per)
+        write_parquet(folder / f"part-{k}.parquet", text=[texts[i] for i in rows], id=[f"<urn:{i}>" for i in rows])
+    return dict(hf_dataset=str(folder), hf_config="", hf_split="train"), texts
 
 
-def test_stream_resumes_where_it_stopped(tmp_path):
-    kw = dict(source="fineweb-edu", tokenizer="byte", val_fraction=0.1, max_tokens=60_000, seed=3, chunk=100)
-    full = data.prepare_stream(out_dir=str(tmp_path / "full"), texts_from=fake_stream(5000), **kw)
-    assert full["train_tokens"] == 60_000 and 0 < full["val_documents"] < full["train_documents"] / 5
+class CountingStream:
+    """open_stream's dataset, counting the documents it yields."""
+
+    def __init__(self, log):
+        self.log = log
+
+    def __call__(self, source, text_column, hf):
+        self.ds = data.open_stream(source, text_column, hf)
+        return self
+
+    def __iter__(self):
+        for row in self.ds:
+            self.log.append(row["text"])
+            yield row
+
+    def state_dict(self):
+        return self.ds.state_dict()
+
+    def load_state_dict(self, state):
+        self.ds.load_state_dict(state)
+
+
+def test_stream_resumes_from_its_own_state(tmp_path, monkeypatch):
+    """A killed preparation resumed, and a finished one extended later, give byte-identical files to one that ran
+    through; the resumed stream starts at the saved position (datasets' state_dict), not at the stream's start."""
+    hf, texts = fineweb_stand_in(tmp_path / "hub")
+    kw = dict(source="fineweb-edu", tokenizer="byte", val_fraction=0.1, seed=3, chunk=100, hf=hf)
+    full = data.prepare_stream(out_dir=str(tmp_path / "full"), max_tokens=20_000, **kw)
+    assert 20_000 <= full["train_tokens"] < 20_000 + 40 and 0 < full["val_documents"] < full["train_documents"] / 5
+    assert byte_docs(tmp_path / "full") == sorted(texts[:full["documents"]])  # whole documents, in stream order
+    assert not full["exhausted"] and full["stream"]  # datasets' own position, kept to go on later
+
+    real_write, writes = data.write_json, []
+
+    def killed_at_the_fourth_save(path, obj):  # the first save, 3 chunks appended, then a kill before saving
+        writes.append(path)
+        if len(writes) == 4:
+            raise KeyboardInterrupt
+        real_write(path, obj)
+    monkeypatch.setattr(data, "write_json", killed_at_the_fourth_save)
     with pytest.raises(KeyboardInterrupt):
-        data.prepare_stream(out_dir=str(tmp_path / "cut"), texts_from=fake_stream(5000, fail_after=1234), **kw)
+        data.prepare_stream(out_dir=str(tmp_path / "cut"), max_tokens=20_000, **kw)
+    monkeypatch.setattr(data, "write_json", real_write)
     state = json.load(open(tmp_path / "cut" / "progress.json"))
-    assert state["documents"] == 1200 and not os.path.exists(tmp_path / "cut" / "meta.json")
+    assert state["documents"] == 200 and not os.path.exists(tmp_path / "cut" / "meta.json")
     with open(tmp_path / "cut" / "train.bin.partial", "ab") as f:  # tokens appended after the last saved progress
         f.write(b"\x01\x00" * 77)
-    resumed = data.prepare_stream(out_dir=str(tmp_path / "cut"), texts_from=fake_stream(5000), **kw)
-    assert resumed == full and not os.path.exists(tmp_path / "cut" / "progress.json")
+    read = []
+    resumed = data.prepare_stream(out_dir=str(tmp_path / "cut"), max_tokens=20_000, stream_from=CountingStream(read),
+                                  **kw)
+    assert read[:3] == texts[200:203]  # from the saved position on, not from the start
+    counts = ("documents", "train_tokens", "val_tokens", "train_documents", "val_documents", "exhausted")
+    assert [resumed[k] for k in counts] == [full[k] for k in counts]
+    assert not os.path.exists(tmp_path / "cut" / "progress.json")
+
+    data.prepare_stream(out_dir=str(tmp_path / "grown"), max_tokens=5_000, **kw)  # a shorter run first
+    grown = data.ensure_data(str(tmp_path / "grown"), "fineweb-edu", "byte", hf=hf, max_tokens=20_000,
+                             val_fraction=0.1, seed=3)
+    assert [grown[k] for k in counts] == [full[k] for k in counts]
     for s in ("train", "val"):
-        assert (tmp_path / "full" / f"{s}.bin").read_bytes() == (tmp_path / "cut" / f"{s}.bin").read_bytes()
-    write_parquet(tmp_path / "one.parquet", text=["stands in for the files"])
-    stream_end = data.prepare_stream(out_dir=str(tmp_path / "end"), texts_from=fake_stream(300),
-                                     **{**kw, "source": f"files:{tmp_path}/*.parquet", "max_tokens": None})
-    assert stream_end["train_documents"] + stream_end["val_documents"] == 300
+        files = [(tmp_path / run / f"{s}.bin").read_bytes() for run in ("full", "cut", "grown")]
+        assert files[0] == files[1] == files[2]
+
+    everything = data.ensure_data(str(tmp_path / "grown"), "fineweb-edu", "byte", hf=hf, max_tokens=10**9)
+    assert everything["exhausted"] and everything["documents"] == len(texts)
+
 
 def test_parquet_is_told_by_content(tmp_path):
     texts = [f"row {i}: " + "parquet text " * (i % 5) for i in range(20)]
@@ -264,9 +328,6 @@ def test_parquet_is_told_by_content(tmp_path):
     meta = data.prepare(f"files:{tmp_path}/pq/*", str(tmp_path / "out"), "byte", val_fraction=0.2)
     assert byte_docs(tmp_path / "out") == sorted(texts)  # the rows' text, not the files' bytes
     assert (meta["format"], meta["n_files"], meta["text_column"]) == ("parquet", 2, "text")
-    paths = [str(tmp_path / "pq" / f"part-{i}.data") for i in (0, 1)]
-    for skip in (0, 7, 10, 13, 20):  # where a resumed stream starts: inside the first file, at the second, ...
-        assert list(data.parquet_texts(paths, "text", skip)) == texts[skip:]
     (tmp_path / "pq" / "notes.txt").write_text("a text file beside them")
     with pytest.raises(ValueError, match=r"matches both parquet files \(2, .*\) and text files \(1, .*only one kind"):
         data.prepare(f"files:{tmp_path}/pq/*", str(tmp_path / "out"), "byte")

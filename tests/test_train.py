@@ -132,6 +132,22 @@ def test_config_errors_name_the_closest_key(tmp_path):
     assert cfg["lr"] == 5e-3 and mcfg.n_embd == 64 and mcfg.mup is True and cfg["batch_size"] == 8
 
 
+def test_integer_keys_take_whole_numbers_in_scientific_notation(tmp_path):
+    """--max_tokens=1e9 (data.py) and --max_iters=2e4 are ints; 1.5 for an int key is still an error."""
+    defaults = {"max_iters": 800, "max_tokens": 0, "lr": 1e-3}
+    cfg, mcfg = configure(defaults, GPTConfig, ["--max_iters=2e4", "--max_tokens=1e9", "--n_layer=1.6e1"])
+    assert (cfg["max_iters"], cfg["max_tokens"], mcfg.n_layer) == (20000, 10**9, 16)
+    assert type(cfg["max_iters"]) is int and type(cfg["max_tokens"]) is int and type(mcfg.n_layer) is int
+    preset = tmp_path / "p.py"
+    preset.write_text("max_iters = 5e4\n")
+    assert configure(defaults, GPTConfig, [str(preset)])[0]["max_iters"] == 50000
+    for bad in ("--max_iters=1.5", "--max_iters=1e999", "--max_iters=nan"):
+        with pytest.raises(ConfigError, match="max_iters expects int"):
+            configure(defaults, GPTConfig, [bad])
+    with pytest.raises(ConfigError, match=r"n_layer=1000000000 is more than any model here builds \(at most 10,000\)"):
+        configure(defaults, GPTConfig, ["--n_layer=1e9"])  # one line, not a build that never ends
+
+
 def test_config_builds_on_a_file_beside_it(tmp_path, monkeypatch):
     """A config file sees its own path as __file__, so it can exec a base file next to it from any working
     directory (the LoopMoE ladder presets are built that way), then change some keys."""
@@ -298,6 +314,63 @@ def test_a_checkpoint_cut_off_by_a_kill_is_cleaned_up(data_dir, tmp_path, capsys
     (out / "ckpt.pt.tmp").write_bytes(b"half a checkpoint")
     train.main(TINY + data_dir + [f"--out_dir={out}", "--max_iters=2", "--eval_interval=2"])
     assert not (out / "ckpt.pt.tmp").exists() and "removed" in capsys.readouterr().out
+
+
+def test_a_paper_preset_trains_on_prepared_fineweb_edu_tokens(tmp_path, monkeypatch, capsys):
+    """python train.py config/sparse_base.py (width-reduced), a local folder of parquet files standing in for the
+    Hub's FineWeb-Edu: GPT-2 tokens are streamed as far as the run needs (its training tokens and the validation
+    set), then it trains. A longer run streams more from where the stream stopped, and says when the data repeats."""
+    from data import FINEWEB_EDU
+    from test_data import fineweb_stand_in
+    assert {k: getattr(train, k) for k in FINEWEB_EDU} == FINEWEB_EDU  # train.py's keys default to data.py's
+    hf, texts = fineweb_stand_in(tmp_path / "hub")
+    tokens = tmp_path / "tokens"
+    small = ["config/sparse_base.py", "--n_layer=2", "--n_embd=64", "--block_size=32", "--batch_size=2",
+             "--eval_tokens=32", "--sample_tokens=0", f"--hf_dataset={hf['hf_dataset']}", "--hf_config=",
+             f"--data_dir={tokens}"]
+    monkeypatch.chdir(REPO)
+    monkeypatch.setattr(train, "peak_flops", lambda *a: 1e12)  # not the 2 s matmul timing: MFU is not tested here
+    train.main(small + ["--max_iters=2", "--eval_interval=2", f"--out_dir={tmp_path / 'run'}"])
+    meta = json.load(open(tokens / "meta.json"))
+    assert (meta["source"], meta["tokenizer"], meta["dtype"]) == ("fineweb-edu", "gpt2", "uint16")
+    assert meta["train_tokens"] >= 2 * 2 * 32 and meta["val_tokens"] >= 33  # what the run needs, and only that:
+    assert not meta["exhausted"] and meta["documents"] < len(texts) / 2
+    printed = capsys.readouterr().out
+    assert f"data: {tokens} (gpt2, the first 128 of {meta['train_tokens']:,} train" in printed
+    assert json.load(open(tmp_path / "run" / "result.json"))["steps"] == 2
+    assert GPTConfig(**torch.load(tmp_path / "run" / "ckpt.pt")["model_config"]).vocab_size == 50257
+
+    class Prepared(Exception):
+        pass
+
+    def stop(*args):  # called right after the data are ready: no need to train
+        raise Prepared
+    monkeypatch.setattr(train, "peak_flops", stop)
+    with pytest.raises(Prepared):  # 1,000 steps of 64 tokens: more than the 1,500 documents hold
+        train.main(small + ["--max_iters=1000", f"--out_dir={tmp_path / 'long'}"])
+    printed = capsys.readouterr().out
+    assert "fewer than the 64,000 + 33 asked for: streaming more fineweb-edu from where it stopped" in printed
+    longer = json.load(open(tokens / "meta.json"))
+    assert longer["exhausted"] and longer["documents"] == len(texts)
+    assert (f"note: the data repeats: the run draws 64,000 training tokens from the {longer['train_tokens']:,} in "
+            f"{tokens}, each about {64_000 / longer['train_tokens']:.1f} times (the stream has no more)") in printed
+
+
+def test_the_vocabulary_follows_a_named_tokenizer_only(data_dir, tmp_path, capsys, monkeypatch):
+    """A preset that sets vocab_size=50257 and no tokenizer stops with one line saying what to pass (before this,
+    it trained on bytes with vocab_size silently reset to 257); naming the byte tokenizer trains on bytes, with a
+    note."""
+    preset = tmp_path / "gpt2_sized.py"
+    preset.write_text("vocab_size = 50257  # GPT-2\nn_layer = 2\n")
+    run = TINY + data_dir[:1] + [f"--data_dir={tmp_path / 'tokens'}", "--max_iters=1", "--eval_interval=1"]
+    with pytest.raises(ConfigError, match=r"^config error: vocab_size=50257 is set but no tokenizer: pass "
+                                          r"--tokenizer=gpt2 \(its vocabulary\) or --tokenizer=byte"):
+        train.main([str(preset)] + run + [f"--out_dir={tmp_path / 'refused'}"])
+    assert not os.path.exists(tmp_path / "tokens")  # stopped before any data was prepared
+    monkeypatch.setattr(train, "peak_flops", lambda *a: 1e12)  # not the 2 s matmul timing: MFU is not tested here
+    train.main([str(preset)] + run + ["--tokenizer=byte", f"--out_dir={tmp_path / 'bytes'}"])
+    assert "note: vocab_size=50257 of the config is replaced by 257, the byte tokenizer's" in capsys.readouterr().out
+    assert GPTConfig(**torch.load(tmp_path / "bytes" / "ckpt.pt")["model_config"]).vocab_size == 257
 
 
 def test_short_cpu_run_learns_a_nat(tmp_path):
