@@ -703,9 +703,8 @@ def bootstrap_law(data_rows, cells, n_boot, restarts, seed=0, workers=1, fixed=N
         jobs.append(({k: v[idx] if isinstance(v, np.ndarray) else v for k, v in data_rows.items()},
                      restarts, fixed, seed + 1 + i, start))
     if workers > 1:
-        from concurrent.futures import ProcessPoolExecutor
-        with ProcessPoolExecutor(workers) as pool:
-            thetas = list(_progress(pool.map(_refit, jobs), n_boot, "bootstrap refits"))
+        with _pool(workers) as pool:  # leaving the block (also by an exception or Ctrl-C) ends the workers
+            thetas = list(_progress(pool.imap(_refit, jobs), n_boot, "bootstrap refits"))
     else:
         thetas = list(_progress(map(_refit, jobs), n_boot, "bootstrap refits"))
     return np.array(thetas)
@@ -726,6 +725,30 @@ def _progress(items, total, label):
 def _refit(job):
     data, restarts, fixed, seed, start = job
     return fit_law(data, restarts, fixed, seed, extra_start=start)["theta"]
+
+
+def _pool(workers):
+    """A process pool whose workers end with this process. fork (Linux) and spawn both make them its children."""
+    import multiprocessing
+    context = multiprocessing.get_context("fork" if sys.platform == "linux" else "spawn")
+    return context.Pool(workers, _die_with_parent, (os.getpid(),))
+
+
+def _die_with_parent(parent):
+    """Pool worker initializer: exit as soon as the parent is gone, however it ended (a `timeout` in a script
+    SIGKILLs it, and the orphaned workers used to compute on for 20 minutes). Ctrl-C is the parent's to handle:
+    it ends the pool."""
+    import signal
+    import threading
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
+
+
+def _watch_parent(parent):
+    import time
+    while os.getppid() == parent:  # an orphan is adopted by another process
+        time.sleep(0.2)
+    os._exit(1)
 
 
 def interval(values, level=0.95):

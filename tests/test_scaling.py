@@ -412,6 +412,63 @@ def test_joint_fit_recovers_phi():
     assert abs(eq["N_eff_ratio"] - (4 + 4 ** free["phi"] * (4 + 2 / 12)) / 20) < 1e-9
 
 
+def _process_state(pid):
+    """The State letter of a process from /proc ("Z" for a zombie), None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return next(line.split()[1] for line in f if line.startswith("State:"))
+    except (OSError, StopIteration):
+        return None
+
+
+def _children(pid):
+    """Live processes whose parent is pid, from /proc."""
+    out = []
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{entry}/status") as f:
+                ppid = next(int(line.split()[1]) for line in f if line.startswith("PPid:"))
+        except (OSError, StopIteration):
+            continue
+        if ppid == pid and _process_state(entry) not in (None, "Z"):
+            out.append(int(entry))
+    return out
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="reads the process table from /proc")
+@pytest.mark.parametrize("sig", ["SIGKILL", "SIGTERM", "SIGINT"])
+def test_bootstrap_workers_end_with_their_parent(sig):
+    """`timeout` in a script SIGTERMs or SIGKILLs `scaling.py fit`, Ctrl-C interrupts it: its bootstrap workers must
+    not go on computing as orphans (they did for 20 minutes)."""
+    import multiprocessing
+    import signal
+    import time
+    rows = joint_rows(loops=(1, 4))
+    args = (scaling.rows_law_data(rows), scaling.cells_of(rows), 2000, 8)  # minutes of refits
+    parent = multiprocessing.get_context("fork").Process(target=scaling.bootstrap_law, args=args,
+                                                         kwargs=dict(workers=2))
+    parent.start()
+    workers = []
+    try:
+        deadline = time.time() + 10
+        while len(workers) < 2 and time.time() < deadline:
+            time.sleep(0.05)
+            workers = _children(parent.pid)
+        assert len(workers) == 2
+        time.sleep(0.2)  # let them start on the refits
+        os.kill(parent.pid, getattr(signal, sig))
+        parent.join(3)
+        deadline = time.time() + 3
+        while time.time() < deadline and any(_process_state(w) not in (None, "Z") for w in workers):
+            time.sleep(0.05)
+        assert [w for w in workers if _process_state(w) not in (None, "Z")] == []
+    finally:
+        for pid in [parent.pid] + workers:
+            if _process_state(pid) not in (None, "Z"):
+                os.kill(pid, signal.SIGKILL)
+        parent.join(1)
+
+
 def test_chinchilla_fit_recovers_exponents():
     truth = dict(A=400.0, alpha=0.34, B=410.0, beta=0.28, E=1.69)  # Hoffmann et al. 2022's values
     rows = [r for r in joint_rows(dict(truth, phi=0.0), loops=(1,))]
