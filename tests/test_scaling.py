@@ -460,6 +460,102 @@ def test_joint_fit_recovers_phi():
     assert abs(eq["N_eff_ratio"] - (4 + 4 ** free["phi"] * (4 + 2 / 12)) / 20) < 1e-9
 
 
+def test_joint_bootstrap_matches_brute_force_refits_for_less_than_one_fit(monkeypatch):
+    """The joint fit's bootstrap refits start near the full-data estimate: their interval is that of refitting each
+    resample's rows from many random starts, yet all of them together descend from fewer starts than one point fit
+    (200 refits x 500 random starts took over 10 minutes). The point estimate is the one the code gave before
+    (commit aaec8a7)."""
+    rows = [r for r in joint_rows(loops=(1, 4)) if r["flops_budget"] < 3e18]  # 28 runs in 6 cells
+    starts, phase = {"point fits": 0, "bootstrap": 0}, ["point fits"]
+    bootstrap, minimize = scaling.bootstrap_law, scaling.minimize_batch
+
+    def counted_bootstrap(*args, **kwargs):
+        phase[0] = "bootstrap"
+        try:
+            return bootstrap(*args, **kwargs)
+        finally:
+            phase[0] = "point fits"
+
+    def counted_minimize(fun, x0, *args, **kwargs):
+        starts[phase[0]] += len(x0)
+        return minimize(fun, x0, *args, **kwargs)
+
+    monkeypatch.setattr(scaling, "bootstrap_law", counted_bootstrap)
+    monkeypatch.setattr(scaling, "minimize_batch", counted_minimize)
+    result = scaling.fit_joint(rows, restarts=48, n_boot=2, seed=0)
+    assert result["free"]["huber"] == pytest.approx(1.1796505185205179e-05, rel=1e-9)
+    assert result["free"]["theta"] == pytest.approx([3.948768155372843, 0.1912960962441954, 7.783502607878841,
+                                                     0.4241331568668873, 0.43876314236465874, 0.4600643283643477],
+                                                    rel=1e-6)
+    assert starts["bootstrap"] < 48 and starts["point fits"] == 3 * 48
+    cells, brute = scaling.cells_of(rows), []
+    rng = np.random.default_rng(0)  # the block bootstrap by hand: draw cells, refit their rows from scratch
+    for i in range(2):
+        drawn = [rows[k] for j in rng.integers(0, len(cells), len(cells)) for k in cells[j]]
+        brute.append(scaling.fit_law(scaling.rows_law_data(drawn), restarts=32, seed=100 + i)["theta"])
+    brute = np.array(brute)
+    assert result["bootstrap"]["phi_values"] == pytest.approx(brute[:, 5], abs=1e-5)
+    for i, name in enumerate(scaling.PARAMS):
+        assert result["bootstrap"][f"{name}_ci"] == pytest.approx(scaling.interval(brute[:, i]), abs=1e-4), name
+
+
+def _process_state(pid):
+    """The State letter of a process from /proc ("Z" for a zombie), None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return next(line.split()[1] for line in f if line.startswith("State:"))
+    except (OSError, StopIteration):
+        return None
+
+
+def _children(pid):
+    """Live processes whose parent is pid, from /proc."""
+    out = []
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{entry}/status") as f:
+                ppid = next(int(line.split()[1]) for line in f if line.startswith("PPid:"))
+        except (OSError, StopIteration):
+            continue
+        if ppid == pid and _process_state(entry) not in (None, "Z"):
+            out.append(int(entry))
+    return out
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="reads the process table from /proc")
+@pytest.mark.parametrize("sig", ["SIGKILL", "SIGTERM", "SIGINT"])
+def test_bootstrap_workers_end_with_their_parent(sig):
+    """`timeout` in a script SIGTERMs or SIGKILLs `scaling.py fit`, Ctrl-C interrupts it: its bootstrap workers must
+    not go on computing as orphans (they did for 20 minutes)."""
+    import multiprocessing
+    import signal
+    import time
+    rows = joint_rows(loops=(1, 4))
+    args = (scaling.rows_law_data(rows), scaling.cells_of(rows), 2000, 8)  # minutes of refits
+    parent = multiprocessing.get_context("fork").Process(target=scaling.bootstrap_law, args=args,
+                                                         kwargs=dict(workers=2))
+    parent.start()
+    workers = []
+    try:
+        deadline = time.time() + 10
+        while len(workers) < 2 and time.time() < deadline:
+            time.sleep(0.05)
+            workers = _children(parent.pid)
+        assert len(workers) == 2
+        time.sleep(0.2)  # let them start on the refits
+        os.kill(parent.pid, getattr(signal, sig))
+        parent.join(3)
+        deadline = time.time() + 3
+        while time.time() < deadline and any(_process_state(w) not in (None, "Z") for w in workers):
+            time.sleep(0.05)
+        assert [w for w in workers if _process_state(w) not in (None, "Z")] == []
+    finally:
+        for pid in [parent.pid] + workers:
+            if _process_state(pid) not in (None, "Z"):
+                os.kill(pid, signal.SIGKILL)
+        parent.join(1)
+
+
 def test_chinchilla_fit_recovers_exponents():
     truth = dict(A=400.0, alpha=0.34, B=410.0, beta=0.28, E=1.69)  # Hoffmann et al. 2022's values
     rows = [r for r in joint_rows(dict(truth, phi=0.0), loops=(1,))]
