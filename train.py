@@ -20,6 +20,7 @@ import os
 import re
 import sys
 import time
+from collections import namedtuple
 from contextlib import nullcontext
 
 import torch
@@ -284,12 +285,15 @@ def format_time(seconds):
     return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
 
 
-def main(argv=None):
-    defaults = {k: v for k, v in globals().items() if not k.startswith("_")}
-    cfg, model_cfg = configure(defaults, GPTConfig, argv, doc_source=__file__, choices=_CHOICES)
-    check_config(cfg)
+# ---------------------------------------------------------------------------------------------------------------
+# the run, step by step: setup, model and optimizer, data, the loop (evaluation and checkpoints inside), the end
 
-    # ---- processes and devices ----
+Env = namedtuple("Env", "ddp rank world_size local_rank master device device_type dtype ctx accum say")
+
+
+def setup(cfg, model_cfg):
+    """Processes (DDP through torchrun), device, precision, threads, the vocabulary; the run directory checked.
+    Returns (Env, checkpoint to resume or None, the settings --resume_changes changed)."""
     ddp = int(os.environ.get("RANK", -1)) != -1
     if ddp:
         backend = "nccl" if torch.cuda.is_available() and cfg["device"] != "cpu" else "gloo"
@@ -309,10 +313,9 @@ def main(argv=None):
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
     dtype_name = cfg["dtype"] if cfg["dtype"] != "auto" else ("bfloat16" if device_type == "cuda" else "float32")
-    ptdtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[dtype_name]
-    ctx = nullcontext() if ptdtype == torch.float32 else torch.autocast(device_type, dtype=ptdtype)
+    dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[dtype_name]
+    ctx = nullcontext() if dtype == torch.float32 else torch.autocast(device_type, dtype=dtype)
     check_world(cfg["grad_accum"], world_size)
-    accum = cfg["grad_accum"] // world_size  # micro-batches per rank per step
     say = print if master else (lambda *a, **k: None)
     try:  # before open_run, so that a resumed run compares the tokenizer it trained with
         cfg["tokenizer"], model_cfg.vocab_size, note = training_vocab(cfg["tokenizer"], model_cfg.vocab_size)
@@ -323,158 +326,201 @@ def main(argv=None):
     ckpt, changes = open_run(cfg, model_cfg, master, say)
     if device_type == "cpu":
         torch.set_num_threads(cpu_threads(cfg["threads"], say))
+    env = Env(ddp, rank, world_size, local_rank, master, device, device_type, dtype, ctx,
+              cfg["grad_accum"] // world_size, say)  # accum: micro-batches per rank per step
+    return env, ckpt, changes
 
-    # ---- model, optimizer, state ----
-    ckpt_path = os.path.join(cfg["out_dir"], "ckpt.pt")
-    if ckpt is not None:
-        model_cfg = GPTConfig(**ckpt["model_config"])
+
+def build(cfg, model_cfg, ckpt, env):
+    """The model (compiled blocks, DDP-wrapped: `model`; the bare one: `raw_model`), its optimizer, and the step and
+    best validation loss to start from (a resumed checkpoint's)."""
     torch.manual_seed(cfg["seed"])
-    model = build_model(model_cfg)
-    model.init_weights(cfg["seed"])
-    model.to(device)
-    optimizer = make_optimizer(model, cfg, device_type)
+    raw_model = build_model(model_cfg)
+    raw_model.init_weights(cfg["seed"])
+    raw_model.to(env.device)
+    optimizer = make_optimizer(raw_model, cfg, env.device_type)
     start_step, best_val = 0, float("inf")
     if ckpt is not None:
-        model.load_state_dict(ckpt["model"])
+        raw_model.load_state_dict(ckpt["model"])
         optimizer.load_state_dict(ckpt["optimizer"])
         start_step, best_val = ckpt["step"], ckpt["best_val"]
         torch.set_rng_state(ckpt["rng_cpu"])
-        say(f"resumed {ckpt_path} at step {start_step}")
-    raw_model = model
+        env.say(f"resumed {cfg['out_dir']} at step {start_step}")
     if cfg["compile"]:
         raw_model.compile_blocks()
-    if ddp:
-        model = DDP(model, device_ids=[local_rank] if device_type == "cuda" else None,
+    model = raw_model
+    if env.ddp:
+        model = DDP(raw_model, device_ids=[env.local_rank] if env.device_type == "cuda" else None,
                     find_unused_parameters=cfg["ddp_find_unused"],
                     broadcast_buffers=False)  # each rank keeps its own MoE load counters (moe.update_biases sums them)
+    return model, raw_model, optimizer, start_step, best_val
 
-    counts = scaling.count_params(raw_model)
-    T = model_cfg.block_size
+
+def steps_for(cfg, raw_model):
+    """(optimizer steps, tokens per step, FLOPs per token in the run's convention): max_iters, or the steps that
+    spend flops_budget."""
+    T = raw_model.config.block_size
     flops_per_token = scaling.flops_per_token(raw_model, cfg["flops_convention"], T)
     tokens_per_step = cfg["batch_size"] * T * cfg["grad_accum"]
     if cfg["flops_budget"] > 0:
-        max_steps = max(1, round(cfg["flops_budget"] / flops_per_token / tokens_per_step))
-    else:
-        max_steps = cfg["max_iters"]
+        return max(1, round(cfg["flops_budget"] / flops_per_token / tokens_per_step)), tokens_per_step, flops_per_token
+    return cfg["max_iters"], tokens_per_step, flops_per_token
 
-    # ---- data: as many tokens as the steps draw (a stream is prepared that far) ----
-    run_tokens = max(max_steps * tokens_per_step, T + 1)  # training tokens the run draws (at least one window)
-    stream = cfg["data_source"] == "fineweb-edu"  # prepared as far as the run needs: its tokens and the val set
+
+def load_data(cfg, env, T, run_tokens):
+    """The token files, prepared by rank 0 (a stream only as far as the run draws: run_tokens and the val set)."""
+    stream = cfg["data_source"] == "fineweb-edu"
     need = dict(max_tokens=run_tokens, min_val_tokens=cfg["eval_tokens"] + 1) if stream else {}
     data_dir = cfg["data_dir"] or default_data_dir(cfg["data_source"], cfg["tokenizer"], hf_of(cfg))
 
-    def prepare_data():
+    def prepare():
         try:
             ensure_data(data_dir, cfg["data_source"], cfg["tokenizer"], text_column=cfg["text_column"],
                         hf=hf_of(cfg), **need)
         except (FileNotFoundError, RuntimeError, ValueError) as e:  # data.py's messages say what to do
             raise ConfigError(f"data: {e}") from None
-    if master:
-        prepare_data()
-    if ddp:
+    if env.master:
+        prepare()
+    if env.ddp:
         dist.barrier()  # rank 0 prepares the token files once
-        if local_rank == 0 and not master:  # another node: finds rank 0's files on a shared filesystem, or
-            prepare_data()  # prepares the same ones on its own disk (data.py's docstring)
+        if env.local_rank == 0 and not env.master:  # another node: finds rank 0's files on a shared filesystem, or
+            prepare()  # prepares the same ones on its own disk (data.py's docstring)
         dist.barrier()
     data = TokenData(data_dir, train_tokens=run_tokens if stream else None)
-    meta = data.meta
     for split in ("train", "val"):
         if len(data.splits[split]) <= T:
             raise ConfigError(f"data: {data_dir} holds {len(data.splits[split]):,} {split} tokens, fewer than one "
                               f"window of block_size+1 = {T + 1}: add text or lower --block_size")
-    used = len(data.splits["train"])
+    used, meta = len(data.splits["train"]), data.meta
     if run_tokens > used:
-        say(f"note: the data repeats: the run draws {run_tokens:,} training tokens from the {used:,} in {data_dir}, "
-            f"each about {run_tokens / used:.1f} times" + (" (the stream has no more)" if stream else ""))
+        more = " (the stream has no more)" if stream else ""
+        env.say(f"note: the data repeats: the run draws {run_tokens:,} training tokens from the {used:,} in "
+                f"{data_dir}, each about {run_tokens / used:.1f} times{more}")
     share = f"the first {used:,} of " if used < meta["train_tokens"] else ""
-    say(f"data: {data_dir} ({meta['tokenizer']}, {share}{meta['train_tokens']:,} train / {meta['val_tokens']:,} val "
-        f"tokens), unigram entropy of the training tokens {data.unigram_entropy():.4f} nats")
+    env.say(f"data: {data_dir} ({meta['tokenizer']}, {share}{meta['train_tokens']:,} train / {meta['val_tokens']:,} "
+            f"val tokens), unigram entropy of the training tokens {data.unigram_entropy():.4f} nats")
+    return data
 
-    # MFU counts the work actually done per token, attention included
-    mfu_flops = scaling.flops_per_token(raw_model, "schwethelm", T)
-    peak = peak_flops(device_type, ptdtype) * world_size
-    say(f"model: {type(raw_model).__name__}, {counts['params_unique']:,} parameters "
-        f"({counts['params_active_nonembed']:,} active non-embedding), {flops_per_token:.3g} FLOPs/token "
-        f"({cfg['flops_convention']})")
-    say(f"training: {max_steps} steps x {tokens_per_step:,} tokens on {world_size} x {device} in {dtype_name}"
-        f"{', compiled' if cfg['compile'] else ''}; peak for MFU {peak:.3g} FLOP/s")
 
-    if master:
-        os.makedirs(cfg["out_dir"], exist_ok=True)
-        with open(os.path.join(cfg["out_dir"], "config.json"), "w") as f:
-            json.dump({"train": cfg, "model": model_cfg.to_dict(), "world_size": world_size, "data": meta}, f,
-                      indent=1)
-        log_path = os.path.join(cfg["out_dir"], "log.jsonl")
-        kept = []
-        if ckpt is not None and os.path.exists(log_path):  # drop log lines the resumed run will write again
-            kept = [line for line in open(log_path) if json.loads(line)["step"] < start_step]
-        with open(log_path, "w") as f:
-            f.writelines(kept)
+class RunLog:
+    """log.jsonl and the console: one JSON object and one line per record (rank 0 only). A resumed run first
+    drops the lines it will write again."""
 
-    def log(record, line):
+    def __init__(self, cfg, master, resume_step=None):
+        self.path, self.master = os.path.join(cfg["out_dir"], "log.jsonl"), master
         if master:
-            with open(log_path, "a") as f:
+            kept = []
+            if resume_step is not None and os.path.exists(self.path):
+                kept = [line for line in open(self.path) if json.loads(line)["step"] < resume_step]
+            with open(self.path, "w") as f:
+                f.writelines(kept)
+
+    def __call__(self, record, line):
+        if self.master:
+            with open(self.path, "a") as f:
                 f.write(json.dumps(record) + "\n")
             print(line, flush=True)
 
+
+class Checkpoints:
+    """When to write ckpt.pt after an evaluation. A val loss at or above the unigram entropy of the training
+    tokens predicts no better than token frequencies: after a checkpoint below that line it is a collapse (never
+    saved over that checkpoint, and a stop when it lasts collapse_evals evals); before, only a warning."""
+
+    def __init__(self, cfg, env, entropy, ckpt, start_step, best_val):
+        self.cfg, self.say, self.entropy = cfg, env.say, entropy
+        self.path = os.path.join(cfg["out_dir"], "ckpt.pt")
+        self.last_saved = start_step if ckpt is not None else None
+        self.saved_val = ckpt.get("val_loss", best_val) if ckpt is not None else float("inf")
+        self.collapsed_evals = 0  # evals in a row back at or above the entropy (never saved: 0 at a checkpoint)
+
+    def after_eval(self, step, val_loss, may_save, state):
+        """Save state() unless val_loss is a collapse; returns the reason to stop, or None."""
+        above = val_loss >= self.entropy
+        self.collapsed_evals = self.collapsed_evals + 1 if above and self.saved_val < self.entropy else 0
+        if above and (step > self.cfg["warmup_iters"] or self.collapsed_evals):
+            self.say(f"warning: val loss {val_loss:.4f} >= {self.entropy:.4f}, the unigram entropy of the training "
+                     "tokens: the model predicts no better than token frequencies")
+        if may_save:
+            if self.collapsed_evals:
+                self.say(f"step {step}: not saved, to keep the checkpoint of step {self.last_saved} (val loss "
+                         f"{self.saved_val:.4f})")
+            elif state is not None:  # rank 0 writes
+                save_checkpoint(self.path, state())
+        if may_save and not self.collapsed_evals:
+            self.last_saved, self.saved_val = step, val_loss
+        if self.cfg["collapse_evals"] and self.collapsed_evals >= self.cfg["collapse_evals"]:
+            return (f"step {step}: training collapsed (val loss back at or above the unigram entropy "
+                    f"{self.entropy:.4f} for {self.collapsed_evals} evals)")
+        return None
+
+    def stop(self, reason, env):
+        env.say(f"{reason}; stopping. The last good checkpoint is {self.path} (step {self.last_saved}): lower lr, "
+                "raise warmup_iters or turn on grad_clip, then --resume")
+        if env.ddp:
+            dist.destroy_process_group()
+        raise SystemExit(1)
+
+
+def main(argv=None):
+    defaults = {k: v for k, v in globals().items() if not k.startswith("_")}
+    cfg, model_cfg = configure(defaults, GPTConfig, argv, doc_source=__file__, choices=_CHOICES)
+    check_config(cfg)
+    env, ckpt, changes = setup(cfg, model_cfg)
+    say = env.say
+
+    # ---- model, optimizer, steps, data ----
+    if ckpt is not None:
+        model_cfg = GPTConfig(**ckpt["model_config"])
+    model, raw_model, optimizer, start_step, best_val = build(cfg, model_cfg, ckpt, env)
+    T = model_cfg.block_size
+    max_steps, tokens_per_step, flops_per_token = steps_for(cfg, raw_model)
+    run_tokens = max(max_steps * tokens_per_step, T + 1)  # training tokens the run draws (at least one window)
+    data = load_data(cfg, env, T, run_tokens)
+    counts = scaling.count_params(raw_model)
+    mfu_flops = scaling.flops_per_token(raw_model, "schwethelm", T)  # MFU counts the work done, attention included
+    peak = peak_flops(env.device_type, env.dtype) * env.world_size
+    say(f"model: {type(raw_model).__name__}, {counts['params_unique']:,} parameters "
+        f"({counts['params_active_nonembed']:,} active non-embedding), {flops_per_token:.3g} FLOPs/token "
+        f"({cfg['flops_convention']})")
+    say(f"training: {max_steps} steps x {tokens_per_step:,} tokens on {env.world_size} x {env.device} in "
+        f"{str(env.dtype).replace('torch.', '')}{', compiled' if cfg['compile'] else ''}; peak for MFU {peak:.3g} "
+        "FLOP/s")
+    if env.master:
+        with open(os.path.join(cfg["out_dir"], "config.json"), "w") as f:
+            json.dump({"train": cfg, "model": model_cfg.to_dict(), "world_size": env.world_size, "data": data.meta},
+                      f, indent=1)
+    log = RunLog(cfg, env.master, start_step if ckpt is not None else None)
     if changes:
         log({"step": start_step, "event": "resume_changes", "changed": {k: list(v) for k, v in changes.items()}},
             "resumed with changed settings (not an exact continuation; max_iters and flops_budget move the "
             "schedule's decay): " + ", ".join(f"{k} {a!r} -> {b!r}" for k, (a, b) in changes.items()))
+    entropy = data.unigram_entropy()  # what a model that ignores the context scores: the collapse line
+    checkpoints = Checkpoints(cfg, env, entropy, ckpt, start_step, best_val)
 
-    def checkpoint(step):
-        if master:
-            save_checkpoint(ckpt_path, {
+    # ---- the loop ----
+    t_start = t_last = time.time()
+    tokens_since, train_loss, val_loss = 0, float("nan"), float("nan")
+    non_finite = torch.zeros((), dtype=torch.bool, device=env.device)  # read at log and eval steps: no sync per step
+    for step in range(start_step, max_steps + 1):
+        last = step == max_steps
+        if step % cfg["eval_interval"] == 0 or last:  # ---- evaluation and checkpoint ----
+            t_eval = time.time()
+            val_loss = evaluate(raw_model, data, cfg, env.ctx, env.device, env.rank, env.world_size)
+            if non_finite.item() or not math.isfinite(val_loss) or not weights_finite(raw_model):
+                checkpoints.stop(f"step {step}: the loss or the weights are not finite (val loss {val_loss})", env)
+            best_val = min(best_val, val_loss)
+            log({"step": step, "tokens": step * tokens_per_step, "val_loss": val_loss},
+                f"step {step}/{max_steps} | val loss {val_loss:.4f}")
+            state = (lambda: {
                 "model": raw_model.state_dict(), "optimizer": optimizer.state_dict(),
                 "model_config": model_cfg.to_dict(), "train_config": cfg, "step": step, "best_val": best_val,
                 "val_loss": val_loss, "rng_cpu": torch.get_rng_state(),
                 "data_position": {"step": step, "micro_batches_done": step * cfg["grad_accum"]},
-            })
-
-    def stop(reason):
-        say(f"{reason}; stopping. The last good checkpoint is {ckpt_path} (step {last_saved}): lower lr, raise "
-            "warmup_iters or turn on grad_clip, then --resume")
-        if ddp:
-            dist.destroy_process_group()
-        raise SystemExit(1)
-
-    # ---- the loop ----
-    entropy = data.unigram_entropy()  # what a model that ignores the context scores: the collapse line
-    t_start = time.time()
-    t_last, tokens_since = time.time(), 0
-    train_loss = float("nan")
-    val_loss = float("nan")
-    last_saved = start_step if ckpt is not None else None
-    saved_val = ckpt.get("val_loss", best_val) if ckpt is not None else float("inf")
-    collapsed_evals = 0  # evals in a row back at or above the unigram entropy (never saved: 0 at a checkpoint)
-    non_finite = torch.zeros((), dtype=torch.bool, device=device)  # read at log and eval steps: no sync per step
-    for step in range(start_step, max_steps + 1):
-        last = step == max_steps
-        if step % cfg["eval_interval"] == 0 or last:
-            t_eval = time.time()
-            val_loss = evaluate(raw_model, data, cfg, ctx, device, rank, world_size)
-            if non_finite.item() or not math.isfinite(val_loss) or not weights_finite(raw_model):
-                stop(f"step {step}: the loss or the weights are not finite (val loss {val_loss})")
-            best_val = min(best_val, val_loss)
-            log({"step": step, "tokens": step * tokens_per_step, "val_loss": val_loss},
-                f"step {step}/{max_steps} | val loss {val_loss:.4f}")
-            # at or above the unigram entropy: no better than token frequencies. After a checkpoint below that
-            # line it is a collapse (kept out of the checkpoint, and a stop when it lasts); before, a warning
-            above = val_loss >= entropy
-            collapsed_evals = collapsed_evals + 1 if above and saved_val < entropy else 0
-            if above and (step > cfg["warmup_iters"] or collapsed_evals):
-                say(f"warning: val loss {val_loss:.4f} >= {entropy:.4f}, the unigram entropy of the training tokens: "
-                    "the model predicts no better than token frequencies")
-            if step > start_step or ckpt is None:
-                if collapsed_evals:
-                    say(f"step {step}: not saved, to keep the checkpoint of step {last_saved} (val loss "
-                        f"{saved_val:.4f})")
-                else:
-                    checkpoint(step)
-                    last_saved, saved_val = step, val_loss
-            if cfg["collapse_evals"] and collapsed_evals >= cfg["collapse_evals"]:
-                stop(f"step {step}: training collapsed (val loss back at or above the unigram entropy "
-                     f"{entropy:.4f} for {collapsed_evals} evals)")
+            }) if env.master else None
+            reason = checkpoints.after_eval(step, val_loss, step > start_step or ckpt is None, state)
+            if reason:
+                checkpoints.stop(reason, env)
             t_last += time.time() - t_eval  # throughput counts training time only
         if last:
             break
@@ -484,23 +530,23 @@ def main(argv=None):
         set_lr(optimizer, lr)
 
         def get_batch(micro):
-            x, y = data.get_batch(step, micro, rank, world_size, accum, cfg["batch_size"], T, cfg["seed"])
+            x, y = data.get_batch(step, micro, env.rank, env.world_size, env.accum, cfg["batch_size"], T, cfg["seed"])
             if hasattr(raw_model, "set_micro_batch"):  # seeds LoopFormer's trajectory sampler by the batch index
-                raw_model.set_micro_batch(step * cfg["grad_accum"] + micro * world_size + rank, cfg["seed"])
-            return x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+                raw_model.set_micro_batch(step * cfg["grad_accum"] + micro * env.world_size + env.rank, cfg["seed"])
+            return x.to(env.device, non_blocking=True), y.to(env.device, non_blocking=True)
 
         loss_sum, aux_sums, grad_norm = train_step(
-            model, optimizer, get_batch, accum, ctx, cfg["grad_clip"],
-            cfg["weight_decay"] if cfg["wd_independent"] else 0.0, schedule, world_size)
+            model, optimizer, get_batch, env.accum, env.ctx, cfg["grad_clip"],
+            cfg["weight_decay"] if cfg["wd_independent"] else 0.0, schedule, env.world_size)
         tokens_since += tokens_per_step
-
-        if ddp:
+        if env.ddp:
             dist.all_reduce(loss_sum, op=dist.ReduceOp.AVG)
         non_finite |= ~torch.isfinite(loss_sum)
         if step % cfg["log_interval"] == 0 or step == max_steps - 1:
             train_loss = loss_sum.item()
             if non_finite.item():
-                stop(f"step {step}: a training loss since the last log line is not finite (now {train_loss})")
+                checkpoints.stop(f"step {step}: a training loss since the last log line is not finite (now "
+                                 f"{train_loss})", env)
             dt = time.time() - t_last
             tok_s = tokens_since / dt
             mfu = tok_s * mfu_flops / peak
@@ -515,32 +561,37 @@ def main(argv=None):
                         f"{tok_s:,.0f} tok/s | mfu {100 * mfu:.1f}% | eta {format_time(eta)}")
             t_last, tokens_since = time.time(), 0
 
+    # ---- the end: result.json, a sample ----
     wall = time.time() - t_start
-    if master:
+    if env.master:
         result = {"val_loss": val_loss, "best_val_loss": best_val, "train_loss": train_loss, "steps": max_steps,
                   "tokens": max_steps * tokens_per_step, "flops": max_steps * tokens_per_step * flops_per_token,
                   "flops_convention": cfg["flops_convention"], "wall_s": wall,
                   "unigram_entropy": entropy, "above_unigram_entropy": val_loss >= entropy, **counts}
         with open(os.path.join(cfg["out_dir"], "result.json"), "w") as f:
             json.dump(result, f, indent=1)
-        say(f"done in {format_time(wall)}: val loss {val_loss:.4f} nats (unigram entropy "
-            f"{entropy:.4f}); run directory {cfg['out_dir']}")
+        say(f"done in {format_time(wall)}: val loss {val_loss:.4f} nats (unigram entropy {entropy:.4f}); run "
+            f"directory {cfg['out_dir']}")
         if val_loss >= entropy and max_steps > cfg["warmup_iters"]:
-            say(f"warning: the run ended at or above the unigram entropy: it learned nothing beyond token "
+            say("warning: the run ended at or above the unigram entropy: it learned nothing beyond token "
                 "frequencies (try another lr; see log.jsonl)")
         if cfg["sample_tokens"] > 0:
-            from data import get_tokenizer
-            tok = get_tokenizer(meta["tokenizer"])
-            prompt = torch.tensor([tok.encode("And the")], device=device)
-            n = min(cfg["sample_tokens"], T - prompt.size(1))
-            g = torch.Generator(device=device).manual_seed(cfg["seed"])
-            raw_model.eval()
-            with ctx:
-                out = raw_model.generate(prompt, n, temperature=0.8, top_k=50, generator=g)
-            say("sample:\n" + tok.decode(out[0].tolist()))
-    if ddp:
+            print_sample(raw_model, data.meta["tokenizer"], cfg, env)
+    if env.ddp:
         dist.barrier()  # tear down together: a rank that leaves while the other still works can abort in gloo
         dist.destroy_process_group()
+
+
+def print_sample(model, tokenizer, cfg, env):
+    from data import get_tokenizer
+    tok = get_tokenizer(tokenizer)
+    prompt = torch.tensor([tok.encode("And the")], device=env.device)
+    n = min(cfg["sample_tokens"], model.config.block_size - prompt.size(1))
+    g = torch.Generator(device=env.device).manual_seed(cfg["seed"])
+    model.eval()
+    with env.ctx:
+        out = model.generate(prompt, n, temperature=0.8, top_k=50, generator=g)
+    env.say("sample:\n" + tok.decode(out[0].tolist()))
 
 
 if __name__ == "__main__":
