@@ -40,7 +40,7 @@ out_dir = "out/default"  # run directory: ckpt.pt, config.json, log.jsonl, resul
 resume = False  # continue the run in out_dir from its ckpt.pt (the same command: other settings are refused)
 resume_changes = ""  # with --resume, keys allowed to differ from the run's, e.g. max_iters,eval_interval (logged)
 overwrite = False  # start a new run in an out_dir that already holds one (its checkpoint and log are replaced)
-collapse_evals = 3  # stop after this many evals in a row back at or above the unigram entropy (0 = never)
+collapse_evals = 3  # stop after this many evals in a row collapsed or no better than uniform (0 = never)
 eval_interval = 100  # steps between validation evaluations (and checkpoints)
 eval_tokens = 65536  # validation tokens per evaluation (a fixed set)
 log_interval = 10  # steps between log lines
@@ -425,10 +425,12 @@ class RunLog:
 class Checkpoints:
     """When to write ckpt.pt after an evaluation. A val loss at or above the unigram entropy of the training
     tokens predicts no better than token frequencies: after a checkpoint below that line it is a collapse (never
-    saved over that checkpoint, and a stop when it lasts collapse_evals evals); before, only a warning."""
+    saved over that checkpoint, and a stop when it lasts collapse_evals evals); before, a warning, and a stop when
+    collapse_evals evals after warm-up are no better than guessing uniformly (ln V: a diverged or stuck run)."""
 
-    def __init__(self, cfg, env, entropy, ckpt, start_step, best_val):
-        self.cfg, self.say, self.entropy = cfg, env.say, entropy
+    def __init__(self, cfg, env, entropy, vocab_size, ckpt, start_step, best_val):
+        self.cfg, self.say, self.entropy, self.uniform = cfg, env.say, entropy, math.log(vocab_size)
+        self.uniform_evals = 0  # evals in a row after warm-up at or above (within 1% of) ln V
         self.path = os.path.join(cfg["out_dir"], "ckpt.pt")
         self.last_saved = start_step if ckpt is not None else None
         self.saved_val = ckpt.get("val_loss", best_val) if ckpt is not None else float("inf")
@@ -438,7 +440,9 @@ class Checkpoints:
         """Save state() unless val_loss is a collapse; returns the reason to stop, or None."""
         above = val_loss >= self.entropy
         self.collapsed_evals = self.collapsed_evals + 1 if above and self.saved_val < self.entropy else 0
-        if above and (step > self.cfg["warmup_iters"] or self.collapsed_evals):
+        after_warmup = step > self.cfg["warmup_iters"]
+        self.uniform_evals = self.uniform_evals + 1 if after_warmup and val_loss >= 0.99 * self.uniform else 0
+        if above and (after_warmup or self.collapsed_evals):
             self.say(f"warning: val loss {val_loss:.4f} >= {self.entropy:.4f}, the unigram entropy of the training "
                      "tokens: the model predicts no better than token frequencies")
         if may_save:
@@ -452,6 +456,9 @@ class Checkpoints:
         if self.cfg["collapse_evals"] and self.collapsed_evals >= self.cfg["collapse_evals"]:
             return (f"step {step}: training collapsed (val loss back at or above the unigram entropy "
                     f"{self.entropy:.4f} for {self.collapsed_evals} evals)")
+        if self.cfg["collapse_evals"] and self.uniform_evals >= self.cfg["collapse_evals"]:
+            return (f"step {step}: training diverged or is stuck (val loss {val_loss:.4f}, no better than guessing "
+                    f"uniformly, ln V = {self.uniform:.4f}, for {self.uniform_evals} evals after warm-up)")
         return None
 
     def stop(self, reason, env):
@@ -496,7 +503,7 @@ def main(argv=None):
             "resumed with changed settings (not an exact continuation; max_iters and flops_budget move the "
             "schedule's decay): " + ", ".join(f"{k} {a!r} -> {b!r}" for k, (a, b) in changes.items()))
     entropy = data.unigram_entropy()  # what a model that ignores the context scores: the collapse line
-    checkpoints = Checkpoints(cfg, env, entropy, ckpt, start_step, best_val)
+    checkpoints = Checkpoints(cfg, env, entropy, model_cfg.vocab_size, ckpt, start_step, best_val)
 
     # ---- the loop ----
     t_start = t_last = time.time()

@@ -299,13 +299,22 @@ def test_a_collapsed_model_never_replaces_the_good_checkpoint(data_dir, tmp_path
 
 
 def test_a_run_that_never_learns_is_warned_about(data_dir, tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(train, "evaluate", lambda *a, **k: 5.5)  # ln V all along, as with --lr=1e4
-    out = str(tmp_path / "stuck")
+    monkeypatch.setattr(train, "evaluate", lambda *a, **k: 4.0)  # above the unigram entropy, below ln V = 5.55
+    out = str(tmp_path / "slow")
     train.main(TINY + data_dir + [f"--out_dir={out}", "--max_iters=6", "--eval_interval=2", "--warmup_iters=1"])
     printed = capsys.readouterr().out
-    assert printed.count("warning: val loss 5.5000 >=") == 3  # steps 2, 4 and 6: after warm-up
+    assert printed.count("warning: val loss 4.0000 >=") == 3  # steps 2, 4 and 6: after warm-up
     assert "warning: the run ended at or above the unigram entropy" in printed
     assert json.load(open(os.path.join(out, "result.json")))["above_unigram_entropy"] is True
+
+
+def test_a_run_no_better_than_uniform_guessing_stops(data_dir, tmp_path, monkeypatch, capsys):
+    """--lr=1e4 sits at ln V (or far above it) the whole run: three evals after warm-up stop it (exit code 1)."""
+    monkeypatch.setattr(train, "evaluate", lambda *a, **k: math.log(257))
+    out = str(tmp_path / "stuck")
+    with pytest.raises(SystemExit) as e:
+        train.main(TINY + data_dir + [f"--out_dir={out}", "--max_iters=20", "--eval_interval=2", "--warmup_iters=1"])
+    assert e.value.code == 1 and "step 6: training diverged or is stuck" in capsys.readouterr().out
 
 
 def test_a_checkpoint_cut_off_by_a_kill_is_cleaned_up(data_dir, tmp_path, capsys):
