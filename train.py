@@ -445,13 +445,14 @@ class Checkpoints:
         if above and (after_warmup or self.collapsed_evals):
             self.say(f"warning: val loss {val_loss:.4f} >= {self.entropy:.4f}, the unigram entropy of the training "
                      "tokens: the model predicts no better than token frequencies")
+        keep = self.collapsed_evals or self.uniform_evals  # never save a collapsed or diverged model
         if may_save:
-            if self.collapsed_evals:
+            if keep:
                 self.say(f"step {step}: not saved, to keep the checkpoint of step {self.last_saved} (val loss "
                          f"{self.saved_val:.4f})")
             elif state is not None:  # rank 0 writes
                 save_checkpoint(self.path, state())
-        if may_save and not self.collapsed_evals:
+        if may_save and not keep:
             self.last_saved, self.saved_val = step, val_loss
         if self.cfg["collapse_evals"] and self.collapsed_evals >= self.cfg["collapse_evals"]:
             return (f"step {step}: training collapsed (val loss back at or above the unigram entropy "
@@ -462,8 +463,12 @@ class Checkpoints:
         return None
 
     def stop(self, reason, env):
-        env.say(f"{reason}; stopping. The last good checkpoint is {self.path} (step {self.last_saved}): lower lr, "
-                "raise warmup_iters or turn on grad_clip, then --resume")
+        if self.saved_val < self.entropy:
+            env.say(f"{reason}; stopping. The last good checkpoint is {self.path} (step {self.last_saved}, val loss "
+                    f"{self.saved_val:.4f}): lower lr, raise warmup_iters or turn on grad_clip, then --resume")
+        else:
+            env.say(f"{reason}; stopping. No checkpoint got below the unigram entropy (the last, {self.path}, is "
+                    f"of step {self.last_saved}): start again with a lower lr or a longer warm-up (--overwrite)")
         if env.ddp:
             dist.destroy_process_group()
         raise SystemExit(1)

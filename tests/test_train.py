@@ -314,7 +314,10 @@ def test_a_run_no_better_than_uniform_guessing_stops(data_dir, tmp_path, monkeyp
     out = str(tmp_path / "stuck")
     with pytest.raises(SystemExit) as e:
         train.main(TINY + data_dir + [f"--out_dir={out}", "--max_iters=20", "--eval_interval=2", "--warmup_iters=1"])
-    assert e.value.code == 1 and "step 6: training diverged or is stuck" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert e.value.code == 1 and "step 6: training diverged or is stuck" in printed
+    assert "No checkpoint got below the unigram entropy" in printed  # never called "the last good checkpoint"
+    assert torch.load(os.path.join(out, "ckpt.pt"), weights_only=True)["step"] == 0  # steps 2-6 were not saved
 
 
 def test_a_checkpoint_cut_off_by_a_kill_is_cleaned_up(data_dir, tmp_path, capsys):
