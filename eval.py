@@ -51,7 +51,8 @@ with each option) and the continuation (the rest of the sentence) is shared. LAM
 greedy continuation, perplexity = exp(-mean sum). Rolling perplexity: the document in disjoint windows, each with
 as much preceding context as fits. Everywhere: cont_loss = the per-token negative log-likelihood of the gold
 continuation, averaged over items (Schwethelm et al.'s primary signal). Requests sharing a prefix (the choices of
-one item, WinoGrande's sentence start) run it once and its KV cache serves every continuation; the others are
+one item, WinoGrande's sentence start) run it once and its KV cache serves every continuation (items whose shared
+prefixes differ in length by at most 10% batch together, each sharing the batch's shortest prefix); the others are
 batched, sorted by length, right-padded (causal attention never sees the padding).
 
 The depth axis. Every task and metric runs at
@@ -113,6 +114,7 @@ from loop import last, load_model
 from model import KVCache
 
 LN2 = math.log(2.0)
+SHARED_SLACK = 0.1  # items whose shared prefixes differ by at most this fraction batch together (module docstring)
 
 # =====================================================================================================================
 # tasks: a dataset row -> a doc (query and answers as strings) -> requests (context, continuation) as the harness
@@ -562,7 +564,7 @@ class Scorer:
     item's choices) run it once into a KV cache that serves every continuation (`shared`); everything else is
     batched, sorted by length and right-padded. Returns per request (sum of log-probs, greedy, tokens)."""
 
-    def __init__(self, model, tok, setting=Setting("full"), batch_size=32, batch_tokens=8192, shared=True,
+    def __init__(self, model, tok, setting=Setting("full"), batch_size=256, batch_tokens=8192, shared=True,
                  autocast=None):
         self.model, self.tok, self.setting = model, tok, setting
         self.batch_size, self.batch_tokens, self.shared = batch_size, batch_tokens, shared
@@ -705,15 +707,32 @@ class Scorer:
     @torch.no_grad()
     def score(self, groups):
         results = [[None] * len(g) for g in groups]
-        singles = []
+        singles, shared = [], []
         with at_depth(self.model, self.setting), self.autocast():
             for gi, group in enumerate(groups):
                 rows = [self.window(c, t) for c, t in group]
                 p = shared_prefix(rows) if (self.shared and len(rows) > 1) else 0
                 if p:
-                    results[gi] = self.score_shared(rows, p)
+                    shared.append((p, gi, rows))
                 else:
                     singles += [(gi, ri, row) for ri, row in enumerate(rows)]
+            # groups run together when their prefixes differ by at most SHARED_SLACK: each shares the batch's
+            # shortest prefix (positions align), the rest of its prefix runs with its rows
+            shared.sort(key=lambda t: -t[0])
+            i = 0
+            while i < len(shared):
+                n, n_rows, longest = 0, 0, 0
+                while i + n < len(shared) and shared[i + n][0] >= (1 - SHARED_SLACK) * shared[i][0]:
+                    p, _, rows = shared[i + n]
+                    longest = max(longest, max(len(seq) for seq, _ in rows))
+                    if n and (n_rows + len(rows) > self.batch_size or
+                              max((n + 1) * p, (n_rows + len(rows)) * (longest - 1 - p)) > self.batch_tokens):
+                        break
+                    n, n_rows = n + 1, n_rows + len(rows)
+                batch = shared[i:i + n]
+                for (_, gi, _), r in zip(batch, self.score_shared([rows for _, _, rows in batch], batch[-1][0])):
+                    results[gi] = r
+                i += n
             singles.sort(key=lambda t: -len(t[2][0]))  # longest first: similar lengths share a batch
             i = 0
             while i < len(singles):
@@ -747,21 +766,29 @@ class Scorer:
             j += n
         return res
 
-    def score_shared(self, rows, p):
-        """The prefix (p tokens, shared by every row) runs once at full depth into a KV cache; the cache is copied
-        for each row and the rows' remaining tokens run after it in one batch."""
+    def score_shared(self, groups, p):
+        """Groups of rows whose first p tokens are the same within each group: the groups' prefixes run once each, at
+        full depth, as one batch into a KV cache; each group's cache rows are copied for its rows, and every row's
+        remaining tokens run after them in one batch. Returns the results per group."""
         model = self.model
         dev = next(model.parameters()).device
+        rows = [row for group in groups for row in group]
         width = max(len(seq) - 1 - p for seq, _ in rows)
-        cache = KVCache(model.n_slots(), 1, p + width)
-        prefix = torch.tensor([rows[0][0][:p]], device=dev)
+        cache = KVCache(model.n_slots(), len(groups), p + width)
+        prefix = torch.tensor([group[0][0][:p] for group in groups], device=dev)
         last(model.walk(model.embed(prefix), model.rope(0, p), cache, {}))
         cache.pos = p
-        self.count(p, p * (p + 1) // 2, self.costs["plain"])
-        B = len(rows)
-        cache.slots = [tuple(t.expand(B, *t.shape[1:]).clone() for t in slot) for slot in cache.slots]
-        cache.batch_size = B
-        return self.score_rows(rows, p, cache)
+        self.count(p * len(groups), len(groups) * p * (p + 1) // 2, self.costs["plain"])
+        owner = torch.repeat_interleave(torch.arange(len(groups), device=dev),
+                                        torch.tensor([len(g) for g in groups], device=dev))
+        cache.slots = [tuple(copy_rows(t, owner, p) for t in slot) for slot in cache.slots]
+        cache.batch_size = len(rows)
+        res = self.score_rows(rows, p, cache)
+        out, j = [], 0
+        for group in groups:
+            out.append(res[j:j + len(group)])
+            j += len(group)
+        return out
 
     # ---- generation (the harness's generate_until) ----
     @torch.no_grad()
@@ -794,6 +821,13 @@ class Scorer:
         for u in until:
             text = text.split(u)[0]
         return text
+
+
+def copy_rows(t, owner, p):
+    """A cache buffer (B, heads, max_len, size) with row owner[i] of t's first p positions as row i."""
+    out = t.new_empty(len(owner), *t.shape[1:])
+    out[:, :, :p] = t[owner, :, :p]
+    return out
 
 
 def shared_prefix(rows):
@@ -857,12 +891,13 @@ class Progress:
                   file=sys.stderr)
 
 
-def evaluate_task(scorer, task, items, pmi=False, chunk=64, progress=True):
+def evaluate_task(scorer, task, items, pmi=False, chunk=256, progress=True):
     """Score one task's items; returns the aggregated metrics with the FLOPs per token they cost."""
     tok = scorer.tok
     scorer.reset()
     bar = Progress(task.name, len(items), progress)
     per_item = []
+    items = sorted(items, key=lambda it: len(it[1][0][0]))  # similar contexts together: shared prefixes batch
     for start in range(0, len(items), chunk):
         part = items[start:start + chunk]
         groups = [[encode_pair(tok, c, t) for c, t in reqs] for _, reqs in part]
@@ -924,7 +959,7 @@ def harness_model_class():
         criterion, exit_fill, device."""
 
         def __init__(self, scorer=None, ckpt="", loops=0, exit_tau=-1.0, criterion="entropy",
-                     exit_fill="propagate", device="cpu", batch_size=32):
+                     exit_fill="propagate", device="cpu", batch_size=256):
             super().__init__()
             if scorer is None:
                 model, state = load_model(ckpt, device)
@@ -993,9 +1028,9 @@ def harness_model_class():
 
 
 def harness_tasks(text):
-    """'mmlu:5,gsm8k' -> [(task, shots or None)]"""
+    """'mmlu:5,gsm8k' -> [(task, shots or None)]; 'loopmoe' is Chen et al.'s nine."""
     out = []
-    for part in (p.strip() for p in text.split(",") if p.strip()):
+    for part in (p.strip() for p in text.replace("loopmoe", LOOPMOE_HARNESS).split(",") if p.strip()):
         name, _, shots = part.partition(":")
         out.append((name, int(shots) if shots else None))
     return out
@@ -1026,18 +1061,18 @@ def run_harness(scorer, tasks, cfg, task_manager):
 # speed: the shared-context cache against scoring each choice separately
 
 
-def bench_groups(tok, docs, n_items, ctx_chars, cont_chars, seed=0):
-    """4-choice items cut from held-out text (a context and four continuations of the given lengths in characters,
-    the true one and three from elsewhere), token-encoded as requests."""
-    text = " ".join(tok.decode(d) for d in docs)
+def bench_groups(docs, n_items, ctx_tokens, cont_tokens, seed=0):
+    """4-choice items cut from held-out token documents: a context of 0.7-1.0 times ctx_tokens and four
+    continuations of cont_tokens (the true one and three from elsewhere), as token requests."""
+    text = [t for d in docs for t in d]
     rng = random.Random(seed)
     groups = []
     for _ in range(n_items):
-        start = rng.randrange(0, max(1, len(text) - ctx_chars - 5 * cont_chars))
-        ctx = text[start:start + ctx_chars]
-        others = [rng.randrange(0, len(text) - cont_chars) for _ in range(3)]
-        conts = [text[start + ctx_chars:start + ctx_chars + cont_chars]] + [text[o:o + cont_chars] for o in others]
-        groups.append([encode_pair(tok, ctx, " " + c.strip()) for c in conts])
+        n = rng.randint(int(0.7 * ctx_tokens), ctx_tokens)
+        start = rng.randrange(0, len(text) - n - cont_tokens)
+        others = [rng.randrange(0, len(text) - cont_tokens) for _ in range(3)]
+        conts = [text[start + n:start + n + cont_tokens]] + [text[o:o + cont_tokens] for o in others]
+        groups.append([(text[start:start + n], c) for c in conts])
     return groups
 
 
@@ -1158,7 +1193,7 @@ schedule = ""  # one LoopFormer trajectory in units of 1/L, e.g. "4,2,1,1"
 exit_tau = ""  # comma-separated early-exit thresholds (at the trained depth)
 criterion = "entropy"  # exit criterion: entropy | kl | change | agree (early_exit.py)
 exit_fill = "propagate"  # KV slots of the layers an exited token skips: propagate | recompute (module docstring)
-batch_size = 32  # rows per forward at most
+batch_size = 256  # rows per forward at most
 batch_tokens = 8192  # rows x length per forward at most
 shared = True  # requests sharing a prefix (an item's choices) run it once and reuse its KV cache
 seed = 1234  # few-shot sampling, subsampling and the generated probes
@@ -1171,7 +1206,7 @@ harness = False  # run lm-evaluation-harness's own tasks (--tasks: harness names
 include_path = ""  # --harness: a folder of local task YAMLs
 harness_defaults = True  # --harness: also index the harness's own tasks (False: only include_path, much faster)
 bench = False  # benchmark items/s on 4-choice items, shared-context cache vs each choice separately, then stop
-bench_items = 64  # bench: items per shape
+bench_items = 256  # bench: items per shape
 
 
 def run_tokenizer(model, state):
@@ -1266,8 +1301,11 @@ def main_bench(cfg, runs, prefix, auto):
         tok = run_tokenizer(model, state)
         _, docs = text_documents((cfg["text"] or "val").split(",")[0], tok, state, 200_000)
         out[name] = {}
-        for shape, (c, k) in dict(hellaswag_like=(220, 120), arc_like=(120, 30)).items():
-            groups = bench_groups(tok, docs, cfg["bench_items"], c, k, cfg["seed"])
+        T = model.config.block_size
+        # context and choice lengths as fractions of the context window: HellaSwag's long endings (about 2:1 in
+        # GPT-2 tokens) and ARC's short answers (about 7:1)
+        for shape, (c, k) in dict(hellaswag_like=(0.6, 0.3), arc_like=(0.8, 0.12)).items():
+            groups = bench_groups(docs, cfg["bench_items"], int(c * T), int(k * T), cfg["seed"])
             r = benchmark(model, tok, groups, autocast=auto)
             out[name][shape] = r
             print(f"{name} {shape} ({r['tokens_per_item']:.0f} tokens/item): shared {r['shared_items_per_s']:.1f} "
@@ -1284,7 +1322,7 @@ def main_harness(cfg):
     prefix = cfg["out"] or os.path.join(runs[0][1] if os.path.isdir(runs[0][1]) else os.path.dirname(runs[0][1]),
                                         "eval_harness")
     tm = TaskManager(include_path=cfg["include_path"] or None, include_defaults=cfg["harness_defaults"])
-    wanted = harness_tasks(LOOPMOE_HARNESS if cfg["tasks"] == "loopmoe" else cfg["tasks"])
+    wanted = harness_tasks(cfg["tasks"])
     results = {}
     for name, path, model, state in runs:
         tok = run_tokenizer(model, state)

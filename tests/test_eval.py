@@ -132,11 +132,12 @@ def tiny_looped(seed=0, **kw):
     return model
 
 
-def byte_requests(seed=0, n_items=3, n_choices=3):
+def byte_requests(seed=0, n_items=4, n_choices=3):
+    """Items of shared contexts whose lengths differ by less than eval.SHARED_SLACK: they batch together."""
     rng = random.Random(seed)
     groups = []
     for _ in range(n_items):
-        ctx = [rng.randrange(256) for _ in range(rng.randint(3, 9))]
+        ctx = [rng.randrange(256) for _ in range(rng.randint(20, 21))]
         groups.append([(ctx, [rng.randrange(256) for _ in range(rng.randint(1, 5))]) for _ in range(n_choices)])
     return groups
 
@@ -153,9 +154,13 @@ def test_the_trained_loop_count_is_the_plain_model_and_other_counts_differ():
     model = tiny_looped()
     groups = byte_requests()
     plain = [[forward_ll(model, c, t) for c, t in g] for g in groups]
+    tokens = {}
     for shared in (True, False):
-        at_trained = ev.Scorer(model, BYTE, ev.Setting("loops=2", 2), shared=shared).score(groups)
+        scorer = ev.Scorer(model, BYTE, ev.Setting("loops=2", 2), shared=shared)
+        at_trained = scorer.score(groups)
         assert [[r[0] for r in g] for g in at_trained] == [pytest.approx(p, abs=1e-5) for p in plain]
+        tokens[shared] = scorer.tokens
+    assert tokens[True] < tokens[False] / 2  # the contexts ran once per item, not once per choice
     for M in (1, 3):
         other = ev.Scorer(model, BYTE, ev.Setting(f"loops={M}", M)).score(groups)
         assert max(abs(r[0] - p) for g, pg in zip(other, plain) for r, p in zip(g, pg)) > 1e-2
@@ -311,7 +316,6 @@ def harness_pairs(task, doc, i, shots=()):
 
 
 def test_requests_equal_lm_evaluation_harness_for_every_task_format():
-    pytest.importorskip("lm_eval")
     for name in HARNESS_YAML:
         ours = ev.TASKS[name]
         theirs = harness_task(name)
@@ -330,7 +334,6 @@ def test_requests_equal_lm_evaluation_harness_for_every_task_format():
 
 
 def test_rolling_windows_equal_lm_evaluation_harness():
-    pytest.importorskip("lm_eval")
     from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
     toks = list(range(100, 137))
     for max_len in (5, 8, 37, 64):
@@ -408,7 +411,6 @@ MC_ROWS = [dict(question="Which drink is hot?", choices=["tea", "iced café", "c
 
 
 def test_harness_adapter_gives_eval_py_scores_through_simple_evaluate(tmp_path):
-    pytest.importorskip("lm_eval")
     import lm_eval
     from lm_eval.tasks import TaskManager
     with open(tmp_path / "mc.jsonl", "w", encoding="utf-8") as f:
