@@ -169,6 +169,15 @@ def _coqa(r):
     return docs
 
 
+def _drop_answer(a):
+    """DROP's gold answer as the harness parses it (its first candidate): a number, the spans, or the date."""
+    if a["number"] != "":
+        return str(a["number"])
+    if a["spans"]:
+        return ",".join(a["spans"])
+    return " ".join([a["date"]["day"], a["date"]["month"], a["date"]["year"]]).strip()
+
+
 def _number(x):
     x = float(x)
     return str(int(x)) if x == int(x) else str(x)
@@ -227,7 +236,7 @@ TASKS = {t.name: t for t in [
         query=f"Title: {r['title']}\n\nBackground: {r['context']}\n\nQuestion: {r['question']}\n\nAnswer:",
         answer=r["answers"]["text"][0]) if r["answers"]["text"] else None, "cont_loss"),  # answerable: 5,928
     Task("drop", "lm", "EleutherAI/drop", None, "validation", "train", lambda r: dict(
-        query=f"{r['passage']} {r['question']}", answer=",".join(r["answers_spans"]["spans"])), "cont_loss", "", ""),
+        query=f"{r['passage']} {r['question']}", answer=_drop_answer(r["answer"])), "cont_loss", "", ""),
     Task("coqa", "lm", "EleutherAI/coqa", None, "validation", "train", _coqa, "cont_loss"),
     Task("svamp", "lm", "ChilleD/SVAMP", None, "test", "train", lambda r: dict(  # [INF] dataset id and prompt
         query=f"{r['Body'].strip()} {r['Question'].strip()}\nAnswer:", answer=_number(r["Answer"])), "cont_loss"),
@@ -524,6 +533,8 @@ def depth_settings(model, cfg):
             out.append(Setting(f"schedule={cfg['schedule']}", [s / L for s in steps]))
     else:
         out.append(Setting("full", None))
+        if ints("loops") or ints("budget") or cfg["schedule"]:
+            print("  a plain model has one depth: --loops, --budget and --schedule leave it at its own", file=sys.stderr)
     for tau in taus:
         out.append(Setting(f"exit {cfg['criterion']}<{tau:g}", None, cfg["criterion"], tau, cfg["exit_fill"]))
     return out
@@ -697,9 +708,10 @@ class Scorer:
         """The token sequence of a request and the index of its first continuation token, cut from the left to
         fit block_size + 1 tokens (as the harness does)."""
         if not cont:
-            raise ValueError("a request needs a non-empty continuation")
+            raise ConfigError("eval.py: a request has an empty continuation (check the task's answers)")
         if len(cont) > self.T:
-            raise ValueError(f"a continuation of {len(cont)} tokens does not fit block_size={self.T}")
+            raise ConfigError(f"eval.py: a continuation of {len(cont)} tokens does not fit the model's context "
+                              f"(block_size={self.T})")
         seq = list(ctx) + list(cont)
         cut = max(0, len(seq) - (self.T + 1))
         return seq[cut:], len(ctx) - cut
@@ -796,8 +808,8 @@ class Scorer:
         """Greedy decoding with the KV cache at this depth (exits through early_exit.decode_step), stopping at the
         end-of-text token or the first stop string. Returns the text before the first stop string."""
         model, s = self.model, self.setting
-        ids = (list(context_ids) or [self.tok.eot])[-(self.T - max_new):] if max_new < self.T else [self.tok.eot]
-        max_new = min(max_new, self.T - len(ids))
+        max_new = min(max_new, self.T - 1)
+        ids = (list(context_ids) or [self.tok.eot])[-(self.T - max_new):]  # the context's end, as the harness
         dev = next(model.parameters()).device
         out = []
         with at_depth(model, s), self.autocast():

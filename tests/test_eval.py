@@ -465,3 +465,18 @@ def test_command_line_writes_every_depth_setting(tmp_path):
     assert os.path.getsize(f"{out}.png") > 0
     with pytest.raises(ConfigError, match="did you mean 'lee_core9'"):
         ev.main([f"--ckpt={tmp_path}", "--tasks=lee_core", "--progress=False"])
+
+
+def test_bad_input_is_one_line(tmp_path):
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "ckpt.pt").write_bytes(b"")
+    with pytest.raises(ConfigError, match="not a readable checkpoint"):
+        ev.main([f"--ckpt={tmp_path / 'empty'}", "--progress=False"])
+    model = tiny_looped()
+    torch.save(dict(model=model.state_dict(), model_config=model.config.to_dict()), tmp_path / "ckpt.pt")
+    for argv, says in ((["--budget=3"], "1 <= M <= n_loop=2"), (["--criterion=oracle"], "is not one of"),
+                       (["--tasks=perplexity"], "needs --text=val")):
+        with pytest.raises(ConfigError, match=says):
+            ev.main([f"--ckpt={tmp_path}", "--progress=False", *argv])
+    with pytest.raises(ConfigError, match="does not fit the model's context"):
+        ev.Scorer(model, BYTE).score([[([1], list(range(40)))]])
