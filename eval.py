@@ -433,7 +433,7 @@ def download(names, data_dir):
 def build_items(task, data_dir, shots, seed, limit):
     """Docs of the eval split (a seeded uniform subsample of `limit`, if set) and their requests with `shots`
     few-shot examples each, drawn per item from the few-shot split (seeded; never the item itself)."""
-    docs = task_docs(task, task.split, data_dir, seed, limit or PROBE_ITEMS)
+    docs = task_docs(task, task.split, data_dir, seed, min(limit or PROBE_ITEMS, PROBE_ITEMS))
     if limit and len(docs) > limit:
         keep = sorted(random.Random(f"limit:{task.name}:{seed}").sample(range(len(docs)), limit))
         docs = [docs[i] for i in keep]
@@ -461,20 +461,21 @@ def text_documents(source, tokenizer, run_state, max_tokens):
             raise ConfigError(f"eval.py: --text=val needs the checkpoint's prepared data in {data_dir}: run "
                               "`python data.py` (or pass --text=<files>)")
         ids = np.asarray(TokenData(data_dir).splits["val"][:max_tokens], dtype=np.int64).tolist()
-        docs, cur = [], []
+        docs = [[]]
         for t in ids:  # documents are separated by the end-of-text token
-            if t == tokenizer.eot:
-                docs, cur = docs + [cur] * bool(cur), []
-            else:
-                cur.append(t)
-        return "val", docs + [cur] * bool(cur)
-    if source == "fineweb-edu":
-        texts = open_stream("fineweb-edu", 0)
-    else:
-        paths = match_files("files:" + source)[0]
-        texts = (parquet_texts([p], "text") if p.endswith(".parquet") else [open(p, encoding="utf-8").read()]
-                 for p in paths)
-        texts = (t for group in texts for t in group)
+            if t != tokenizer.eot:
+                docs[-1].append(t)
+            elif docs[-1]:
+                docs.append([])
+        return "val", [d for d in docs if d]
+    try:
+        if source == "fineweb-edu":
+            texts = open_stream("fineweb-edu", 0)
+        else:
+            paths, kind = match_files("files:" + source)
+            texts = parquet_texts(paths, "text") if kind == "parquet" else map(read_text, paths)
+    except (FileNotFoundError, RuntimeError, ValueError) as e:  # data.py's messages say what to do
+        raise ConfigError(f"eval.py: --text={source}: {e}") from None
     docs, n = [], 0
     for text in texts:
         ids = tokenizer.encode(text)[:max_tokens - n]
@@ -483,6 +484,11 @@ def text_documents(source, tokenizer, run_state, max_tokens):
         if n >= max_tokens:
             break
     return text_label(source), docs
+
+
+def read_text(path):
+    with open(path, encoding="utf-8", errors="replace") as f:
+        return f.read()
 
 
 def text_label(source):
@@ -515,7 +521,8 @@ def is_looped(model):
 def depth_settings(model, cfg):
     """The depth settings to evaluate one model at (every one for a looped model; the full depth and the exits for
     a plain one, whose depth is fixed)."""
-    ints = lambda key: [int(v) for v in str(cfg[key]).split(",") if v.strip()]  # noqa: E731
+    def ints(key):
+        return [int(v) for v in str(cfg[key]).split(",") if v.strip()]
     taus = [float(v) for v in str(cfg["exit_tau"]).split(",") if v.strip()]
     out = []
     if is_looped(model):
@@ -534,7 +541,7 @@ def depth_settings(model, cfg):
     else:
         out.append(Setting("full", None))
         if ints("loops") or ints("budget") or cfg["schedule"]:
-            print("  a plain model has one depth: --loops, --budget and --schedule leave it at its own", file=sys.stderr)
+            print("  a plain model has one depth: --loops, --budget and --schedule leave it as it is", file=sys.stderr)
     for tau in taus:
         out.append(Setting(f"exit {cfg['criterion']}<{tau:g}", None, cfg["criterion"], tau, cfg["exit_fill"]))
     return out
@@ -1064,7 +1071,8 @@ def run_harness(scorer, tasks, cfg, task_manager):
                                     random_seed=cfg["seed"], numpy_random_seed=cfg["seed"],
                                     torch_random_seed=cfg["seed"], fewshot_random_seed=cfg["seed"])
         for task, metrics in r["results"].items():
-            clean = {k.split(",")[0]: v for k, v in metrics.items() if isinstance(v, (int, float)) and "stderr" not in k}
+            clean = {k.split(",")[0]: v for k, v in metrics.items()
+                     if isinstance(v, (int, float)) and "stderr" not in k}
             results[task] = dict(clean, shots=shots, flops_per_token=scorer.flops_per_token, tokens=scorer.tokens)
     return results
 

@@ -64,8 +64,8 @@ def test_scores_of_a_model_with_known_log_probabilities():
     rng = random.Random(1)
     alphabet = "abcdefgh é—ü"
     mc = ev.Task("t", "mc", None, None, "x", None, None, "acc")
-    items = [dict(query=f"Q{i}: pick one\nA:", choices=["".join(rng.choice(alphabet) for _ in range(rng.randint(1, 6)))
-                                                         for _ in range(4)], gold=i % 4) for i in range(16)]
+    word = lambda: "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 6)))  # noqa: E731
+    items = [dict(query=f"Q{i}: pick one\nA:", choices=[word() for _ in range(4)], gold=i % 4) for i in range(16)]
     scorers = [ev.Scorer(model, BYTE, shared=True), ev.Scorer(model, BYTE, shared=False)]
     sensitive = dict(norm=0, bytes=0)
     for d in items:
@@ -74,12 +74,12 @@ def test_scores_of_a_model_with_known_log_probabilities():
         chars = [len(c) for c in d["choices"]]
         nbytes = [len(c.encode()) for c in d["choices"]]
         argmax = lambda xs: max(range(len(xs)), key=xs.__getitem__)  # noqa: E731
+        per_char, per_byte = [l / n for l, n in zip(lls, chars)], [l / n for l, n in zip(lls, nbytes)]
         want = dict(acc=float(argmax(lls) == d["gold"]),
-                    acc_norm=float(argmax([l / n for l, n in zip(lls, chars)]) == d["gold"]),
-                    acc_bytes=float(argmax([l / n for l, n in zip(lls, nbytes)]) == d["gold"]),
+                    acc_norm=float(argmax(per_char) == d["gold"]), acc_bytes=float(argmax(per_byte) == d["gold"]),
                     cont_loss=-hand[d["gold"]][0] / hand[d["gold"]][1])
-        sensitive["norm"] += argmax(lls) != argmax([l / n for l, n in zip(lls, chars)])
-        sensitive["bytes"] += argmax([l / n for l, n in zip(lls, chars)]) != argmax([l / n for l, n in zip(lls, nbytes)])
+        sensitive["norm"] += argmax(lls) != argmax(per_char)
+        sensitive["bytes"] += argmax(per_char) != argmax(per_byte)
         for scorer in scorers:
             res = scorer.score([[ev.encode_pair(BYTE, c, t) for c, t in ev.requests(mc, d)]])[0]
             assert [r[0] for r in res] == pytest.approx(lls, abs=1e-4)
