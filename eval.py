@@ -627,6 +627,14 @@ class Scorer:
     def flops_per_token(self):
         return self.flops / max(self.tokens, 1)
 
+    def summary(self):
+        """FLOPs per token and tokens run since reset(); with an exit rule, the fraction of scored positions that
+        stopped at each candidate (the last entry: the full depth)."""
+        out = dict(flops_per_token=self.flops_per_token, tokens=self.tokens)
+        if self.setting.criterion:
+            out["exit_fractions"] = [n / max(self.scored_tokens, 1) for n in self.exits]
+        return out
+
     # ---- one forward ----
     def readout_at(self, h, label, cache, scored):
         """Logits of the scored positions of a state of the walk (a coda attends over the whole sequence)."""
@@ -928,9 +936,7 @@ def evaluate_task(scorer, task, items, pmi=False, chunk=256, progress=True):
         bar.update(start + len(part))
     bar.close()
     out = aggregate(per_item)
-    out.update(items=len(items), flops_per_token=scorer.flops_per_token, tokens=scorer.tokens)
-    if scorer.setting.criterion:
-        out["exit_fractions"] = [n / max(scorer.scored_tokens, 1) for n in scorer.exits]
+    out.update(items=len(items), **scorer.summary())
     return out
 
 
@@ -953,8 +959,7 @@ def evaluate_perplexity(scorer, label, docs, progress=True):
     bar.close()
     return dict(perplexity=math.exp(-total / n_tok), bits_per_byte=-total / n_bytes / LN2,
                 word_perplexity=math.exp(-total / n_words), byte_perplexity=math.exp(-total / n_bytes),
-                cont_loss=-total / n_tok, items=len(docs), tokens_scored=n_tok,
-                flops_per_token=scorer.flops_per_token, tokens=scorer.tokens)
+                cont_loss=-total / n_tok, items=len(docs), tokens_scored=n_tok, **scorer.summary())
 
 
 # =====================================================================================================================
@@ -1071,9 +1076,9 @@ def run_harness(scorer, tasks, cfg, task_manager):
                                     random_seed=cfg["seed"], numpy_random_seed=cfg["seed"],
                                     torch_random_seed=cfg["seed"], fewshot_random_seed=cfg["seed"])
         for task, metrics in r["results"].items():
-            clean = {k.split(",")[0]: v for k, v in metrics.items()
-                     if isinstance(v, (int, float)) and "stderr" not in k}
-            results[task] = dict(clean, shots=shots, flops_per_token=scorer.flops_per_token, tokens=scorer.tokens)
+            clean = {k.replace(",none", ""): v for k, v in metrics.items()  # "acc,none" -> "acc"; other filters
+                     if isinstance(v, (int, float)) and "stderr" not in k}  # keep their name (GSM8K's strict-match)
+            results[task] = dict(clean, shots=shots, **scorer.summary())
     return results
 
 
