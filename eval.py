@@ -10,8 +10,8 @@ Downstream evaluation: the papers' task suites, scored the way lm-evaluation-har
     python eval.py --harness --tasks=hellaswag,gsm8k --ckpt=out/run --loops=4     # lm-eval-harness's own tasks
     python eval.py --bench --ckpt=out/run                                         # shared-context cache speed
 
-Writes <out>.json (every number) and <out>.png (score vs FLOPs per token, a panel per task, a line per model);
-out defaults to <first run dir>/eval.
+Writes eval.json (every number) and eval.png (score vs FLOPs per token, a panel per task, a line per model) into
+--out_dir (default: the first run's directory); bench.json and eval_harness.json likewise.
 
 Suites (--tasks takes suite and task names, comma-separated; config/eval_*.py are the same as presets):
   lee_core9    Lee et al. 2026 (arXiv:2605.09165, §5.3): ARC-E, ARC-C, BoolQ, CSQA, HellaSwag, OBQA, PIQA, SIQA,
@@ -110,7 +110,7 @@ import torch
 import early_exit
 from configurator import ConfigError
 from early_exit import ENTRY, coda_positions, exit_score, log_probs, needs_head, readouts_before_exit
-from loop import last, load_model
+from loop import is_looped, last, load_model, pick_device
 from model import KVCache
 
 LN2 = math.log(2.0)
@@ -514,10 +514,6 @@ def rolling_windows(tokens, prefix, max_len):
 Setting = namedtuple("Setting", "name schedule criterion tau fill", defaults=(None, None, 0.0, "propagate"))
 
 
-def is_looped(model):
-    return hasattr(model, "set_schedule") and early_exit.is_looped(model)
-
-
 def depth_settings(model, cfg):
     """The depth settings to evaluate one model at (every one for a looped model; the full depth and the exits for
     a plain one, whose depth is fixed)."""
@@ -525,7 +521,7 @@ def depth_settings(model, cfg):
         return [int(v) for v in str(cfg[key]).split(",") if v.strip()]
     taus = [float(v) for v in str(cfg["exit_tau"]).split(",") if v.strip()]
     out = []
-    if is_looped(model):
+    if is_looped(model.config):
         L = model.config.n_loop
         for M in dict.fromkeys(ints("loops") or [L]):
             out.append(Setting(f"loops={M}" + " (trained)" * (M == L), None if M == L else M))
@@ -1222,9 +1218,9 @@ batch_size = 256  # rows per forward at most
 batch_tokens = 8192  # rows x length per forward at most
 shared = True  # requests sharing a prefix (an item's choices) run it once and reuse its KV cache
 seed = 1234  # few-shot sampling, subsampling and the generated probes
-device = "cpu"  # cpu | cuda | cuda:N
+device = "auto"  # auto (cuda if there is one) | cpu | cuda | cuda:N
 dtype = "float32"  # float32 | bfloat16 (autocast)
-out = ""  # output path prefix for .json and .png; "" = <first run dir>/eval
+out_dir = ""  # where eval.json / eval.png (bench.json, eval_harness.json) go; "" = the first run's directory
 progress = True  # a status line per task (rate and ETA) on stderr
 fetch = False  # download every split the tasks read into data_dir (on a connected machine), then stop
 harness = False  # run lm-evaluation-harness's own tasks (--tasks: harness names, name:shots) on our model class
@@ -1266,6 +1262,7 @@ def main(argv=None):
     cfg, _ = configure(defaults, None, argv, doc_source=__file__,
                        choices=dict(criterion=early_exit.DECODE_CRITERIA, exit_fill=early_exit.FILLS,
                                     dtype=("float32", "bfloat16")))
+    cfg["device"] = pick_device(cfg["device"])
     torch.manual_seed(cfg["seed"])
     if cfg["harness"]:
         return main_harness(cfg)
@@ -1276,8 +1273,7 @@ def main(argv=None):
         download(dict.fromkeys(name for name, *_ in plan), cfg["data_dir"])
         return None
     runs = early_exit.load_runs(cfg)
-    prefix = cfg["out"] or os.path.join(runs[0][1] if os.path.isdir(runs[0][1]) else os.path.dirname(runs[0][1]),
-                                        "bench" if cfg["bench"] else "eval")
+    prefix = output_prefix(cfg, runs, "bench" if cfg["bench"] else "eval")
     auto = lambda: early_exit.autocast(cfg)  # noqa: E731
     if cfg["bench"]:
         return main_bench(cfg, runs, prefix, auto)
@@ -1341,11 +1337,17 @@ def main_bench(cfg, runs, prefix, auto):
     return out
 
 
+def output_prefix(cfg, runs, name):
+    """out_dir/name (out_dir made if missing; default: the first run's directory)."""
+    first = runs[0][1] if os.path.isdir(runs[0][1]) else os.path.dirname(runs[0][1])
+    os.makedirs(cfg["out_dir"] or first, exist_ok=True)
+    return os.path.join(cfg["out_dir"] or first, name)
+
+
 def main_harness(cfg):
     from lm_eval.tasks import TaskManager
     runs = early_exit.load_runs(cfg)
-    prefix = cfg["out"] or os.path.join(runs[0][1] if os.path.isdir(runs[0][1]) else os.path.dirname(runs[0][1]),
-                                        "eval_harness")
+    prefix = output_prefix(cfg, runs, "eval_harness")
     tm = TaskManager(include_path=cfg["include_path"] or None, include_defaults=cfg["harness_defaults"])
     wanted = harness_tasks(cfg["tasks"])
     results = {}

@@ -40,7 +40,7 @@ out_dir = "out/default"  # run directory: ckpt.pt, config.json, log.jsonl, resul
 resume = False  # continue the run in out_dir from its ckpt.pt (the same command: other settings are refused)
 resume_changes = ""  # with --resume, keys allowed to differ from the run's, e.g. max_iters,eval_interval (logged)
 overwrite = False  # start a new run in an out_dir that already holds one (its checkpoint and log are replaced)
-collapse_evals = 3  # stop after this many evals in a row collapsed or no better than uniform (0 = never)
+collapse_evals = 3  # stop after this many evals in a row collapsed or no better than uniform (0 = off)
 eval_interval = 100  # steps between validation evaluations (and checkpoints)
 eval_tokens = 65536  # validation tokens per evaluation (a fixed set)
 log_interval = 10  # steps between log lines
@@ -445,7 +445,7 @@ class Checkpoints:
         if above and (after_warmup or self.collapsed_evals):
             self.say(f"warning: val loss {val_loss:.4f} >= {self.entropy:.4f}, the unigram entropy of the training "
                      "tokens: the model predicts no better than token frequencies")
-        keep = self.collapsed_evals or self.uniform_evals  # never save a collapsed or diverged model
+        keep = self.cfg["collapse_evals"] and (self.collapsed_evals or self.uniform_evals)  # no collapsed model
         if may_save:
             if keep:
                 self.say(f"step {step}: not saved, to keep the checkpoint of step {self.last_saved} (val loss "

@@ -455,14 +455,14 @@ def test_command_line_writes_every_depth_setting(tmp_path):
                     train_config=dict(tokenizer="byte")), tmp_path / "ckpt.pt")
     out = tmp_path / "ev"
     res = ev.main([f"--ckpt={tmp_path}", "--tasks=winogrande,arc_easy,lambada_openai,induction_head",
-                   f"--data_dir={FIXTURES}", "--limit=3", "--loops=1,3", "--exit_tau=3", f"--out={out}",
+                   f"--data_dir={FIXTURES}", "--limit=3", "--loops=1,3", "--exit_tau=3", f"--out_dir={out}",
                    "--progress=False"])
-    saved = json.load(open(f"{out}.json"))
+    saved = json.load(open(f"{out}/eval.json"))
     settings = list(saved["results"][tmp_path.name])
     assert settings == ["loops=2 (trained)", "loops=1", "loops=3", "exit entropy<3"]
     flops = [res[tmp_path.name][s]["tasks"]["arc_easy"]["flops_per_token"] for s in settings]
     assert flops[1] < flops[0] < flops[2] and flops[3] < flops[0]
-    assert os.path.getsize(f"{out}.png") > 0
+    assert os.path.getsize(f"{out}/eval.png") > 0
     with pytest.raises(ConfigError, match="did you mean 'lee_core9'"):
         ev.main([f"--ckpt={tmp_path}", "--tasks=lee_core", "--progress=False"])
 
