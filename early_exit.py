@@ -103,7 +103,7 @@ def step_flops(model, labels, context, decoding=False):
     head = 2.0 * by_name["lm_head"].active
     # the steps come from the walk's labels; their sum + head + other = scaling.forward_flops_per_token (tested)
     other = sum(2.0 * u.fwd * u.active for u in units if u.kind == "other")
-    other += scaling.hyperconnection_flops(model, train=False)
+    other += scaling.between_pass_flops(model, train=False)
     return steps, head, kv_fill_flops(model), other
 
 

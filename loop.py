@@ -11,7 +11,8 @@ Depth plans (config keys, not the papers' symbols; DESIGN.md maps them):
 - prelude / recur / coda with input injection and the model-level norms (Schwethelm et al. 2026,
   arXiv:2604.21106): injection="linear" (u = W[e||h], W = [I|0] at init), "additive" (u = h + e, h0 = 0) or
   "none" (their "passthrough", u = h); loop_norm=True; hyper-connection lanes at loop boundaries (hc_lanes);
-  truncated BPTT (bptt_loops).
+  truncated BPTT (bptt_loops). Every injection kind and the hyper-connections are one small module each, with the
+  same methods (start, read before a pass, write after it, pool), which between_passes picks.
 - sandwich loop (Chen et al. 2026, arXiv:2606.04438): prelude + shared block + coda, injection="none",
   sandwich_norm=True, loop_cond="iteradaln".
 Per-loop conditioning of the shared blocks (loop_cond): "index" (TMLT: the loop index), "loopformer" (normalised
@@ -168,19 +169,73 @@ class LoopCond:
 
 # -----------------------------------------------------------------------------------------------------------------
 # between the passes: input injection and hyper-connections (Schwethelm et al. 2026, arXiv:2604.21106)
+#
+# Every kind is one small module with the same methods, which LoopedGPT.walk calls around each pass:
+#   start(e)              the state before the first pass, from the prelude output e (B, T, C)
+#   read(state, e, i)     the input u of pass i
+#   write(state, s, u, i) the state after pass i, from its output s (after the end-of-pass norm) and its input u
+#   pool(state)           the (B, T, C) state the coda and every exit at a loop boundary read
+# and with the same facts for the rest of the house: `name` (LoopedGPT's attribute holding it, so its parameters'
+# prefix in checkpoints), `role` (the optimizer role of its parameters; None: as GPT.param_role decides),
+# `max_passes` (None: any schedule), runs() and extra_macs() (scaling.py's accounting).
+# A new kind is one class here and one entry in BETWEEN_PASSES (and its name in GPTConfig's injection choices).
 
 
-class LinearInjection(nn.Module):
-    """u = W [e || h], W in R^{C x 2C} initialised [I | 0], so the first pass sees the prelude output e unchanged
-    (Schwethelm et al. 2026, arXiv:2604.21106, App. C.1, Eq. 7; the concat injection of Geiping et al. 2025)."""
+class Passthrough(nn.Module):
+    """injection='none', Schwethelm et al.'s "passthrough": each pass reads the state the last one wrote, u = h,
+    with h0 = e. Holds no parameters; the other kinds keep its defaults where they agree."""
+    name, role, max_passes = "inject", None, None
 
-    def __init__(self, n_embd):
+    def __init__(self, cfg):
         super().__init__()
-        self.proj = nn.Linear(2 * n_embd, n_embd, bias=False)
+
+    def start(self, e):
+        return e
+
+    def read(self, state, e, i):
+        return state
+
+    def write(self, state, s, u, i):
+        return s
+
+    def pool(self, state):
+        return state
+
+    def runs(self, per_pass):
+        """(forward, backward) runs per token of this module's parameters as matmul weights, given those of one
+        pass of the shared block, for scaling.py's units; None: no parameters, no unit."""
+        return None
+
+    def extra_macs(self):
+        """Multiply-adds per token and pass that runs() does not count (hyper-connections' lane mixing)."""
+        return 0
+
+
+class Additive(Passthrough):
+    """injection='additive': u = h + e with h0 = 0 (Schwethelm et al. 2026, arXiv:2604.21106, App. C.1)."""
+
+    def start(self, e):
+        return torch.zeros_like(e)
+
+    def read(self, state, e, i):
+        return state + e
+
+
+class LinearInjection(Passthrough):
+    """injection='linear': u = W [e || h], W in R^{C x 2C} initialised [I | 0], so the first pass sees the prelude
+    output e unchanged (Schwethelm et al. 2026, arXiv:2604.21106, App. C.1, Eq. 7; the concat injection of Geiping
+    et al. 2025). W runs once per pass."""
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        self.proj = nn.Linear(2 * cfg.n_embd, cfg.n_embd, bias=False)
         self.reset_special()
 
-    def forward(self, e, h):
-        return self.proj(torch.cat([e, h], dim=-1))
+    def read(self, state, e, i):
+        return self.proj(torch.cat([e, state], dim=-1))
+
+    def runs(self, per_pass):
+        return per_pass
 
     @torch.no_grad()
     def reset_special(self):
@@ -189,7 +244,7 @@ class LinearInjection(nn.Module):
         self.proj.weight[:, :C].copy_(torch.eye(C))
 
 
-class HyperConnections(nn.Module):
+class HyperConnections(Passthrough):
     """K parallel lanes l (K, B, T, C) mixed at every loop boundary (Schwethelm et al. 2026, arXiv:2604.21106,
     App. G.1, Eq. 9, after Zhu et al. 2025): u_i = alpha_i . l_i, s_i = RecurBlock(u_i), l_{i+1} = M_i l_i +
     beta_i (x) s_i, with l_0 = (e, ..., e) and per-pass alpha_i, beta_i in R^K, M_i in R^{K x K}; cyclic init
@@ -197,29 +252,42 @@ class HyperConnections(nn.Module):
     forward pass". Our reading, because that property of App. G.1 requires it: s_i is the pass's increment
     norm_loop(RecurBlock(u_i)) - u_i, so at init every lane equals the plain (passthrough) loop's state; and the
     coda (and every exit at a loop boundary) reads the lanes' mean (hc_pool='mean'), since a pre-norm coda is not
-    scale-invariant and the paper's "sum-pooled lanes" (hc_pool='sum') would feed it K times that state."""
+    scale-invariant and the paper's "sum-pooled lanes" (hc_pool='sum') would feed it K times that state.
+    Its scalars are 'norm' parameters (no decay, no muP LR scale) and exist for n_loop passes only."""
+    name, role = "hc", "norm"
 
-    def __init__(self, n_lanes, n_loop, pool="mean"):
-        super().__init__()
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        n_loop, n_lanes = cfg.n_loop, cfg.hc_lanes
         self.alpha = nn.Parameter(torch.zeros(n_loop, n_lanes))
         self.mix = nn.Parameter(torch.zeros(n_loop, n_lanes, n_lanes))
         self.beta = nn.Parameter(torch.zeros(n_loop, n_lanes))
-        self.pool_kind = pool
+        self.pool_kind, self.n_embd, self.max_passes = cfg.hc_pool, cfg.n_embd, n_loop
         self.reset_special()
 
     def start(self, e):
         return e.unsqueeze(0).expand(self.alpha.size(1), *e.shape)  # (K, B, T, C)
 
-    def read(self, lanes, i):
+    def read(self, lanes, e, i):
         return torch.einsum("k,kbtc->btc", self.alpha[i].to(lanes.dtype), lanes)
 
-    def write(self, lanes, s, i):
+    def write(self, lanes, s, u, i):
+        increment = s - u  # our reading (see the class docstring)
         mixed = torch.einsum("jk,kbtc->jbtc", self.mix[i].to(lanes.dtype), lanes)
-        return mixed + self.beta[i].to(s.dtype)[:, None, None, None] * s
+        return mixed + self.beta[i].to(increment.dtype)[:, None, None, None] * increment
 
     def pool(self, lanes):
         """The state the coda reads: the lanes' mean (or, hc_pool='sum', their sum)."""
         return lanes.mean(0) if self.pool_kind == "mean" else lanes.sum(0)
+
+    def runs(self, per_pass):
+        return 0, 0  # per-pass scalars, not weights of a matmul: their work is extra_macs()
+
+    def extra_macs(self):
+        """Lane mixing: (K^2 + 2K) * d multiply-adds per pass and token (Schwethelm et al. 2026, App. G.1); as in
+        the paper's count, the d-wide elementwise work of our reading (the increment, the pooling) is not counted."""
+        K = self.alpha.size(1)
+        return (K * K + 2 * K) * self.n_embd
 
     @torch.no_grad()
     def reset_special(self):
@@ -228,6 +296,20 @@ class HyperConnections(nn.Module):
         self.alpha[torch.arange(n_loop), torch.arange(n_loop) % K] = 1.0
         self.mix.copy_(torch.eye(K).expand(n_loop, K, K))
         self.beta.fill_(1.0)
+
+
+BETWEEN_PASSES = {"none": Passthrough, "additive": Additive, "linear": LinearInjection}  # by config.injection
+
+
+def between_passes(cfg):
+    """The one place that picks what happens between loop passes: hyper-connections when hc_lanes > 0 (they
+    replace the injection), else the injection kind; a one-pass linear injection has nothing to mix in, so it
+    stores no W and passes e through."""
+    if cfg.hc_lanes:
+        return HyperConnections(cfg)
+    if cfg.injection == "linear" and cfg.n_loop == 1:
+        return Passthrough(cfg)
+    return BETWEEN_PASSES[cfg.injection](cfg)
 
 
 # -----------------------------------------------------------------------------------------------------------------
@@ -290,11 +372,11 @@ class LoopedGPT(GPT):
     def __init__(self, config):
         super().__init__(config)
         cfg, C = config, config.n_embd
-        looping = cfg.n_loop > 1
         self.norm_embed = RMSNorm(C, cfg.norm_eps, cfg.norm_gain) if cfg.loop_norm else None
         self.norm_loop = RMSNorm(C, cfg.norm_eps, cfg.norm_gain) if cfg.loop_norm else None
-        self.inject = LinearInjection(C) if (cfg.injection == "linear" and looping) else None
-        self.hc = HyperConnections(cfg.hc_lanes, cfg.n_loop, cfg.hc_pool) if cfg.hc_lanes else None
+        between = between_passes(cfg)  # injection or hyper-connections, under its own name (inject / hc)
+        self.add_module(between.name, between)
+        self.between_name = between.name
         self.loop_embed = ScalarEmbedder(C) if cfg.loop_cond != "none" else None  # index / t / iteration k
         self.step_embed = ScalarEmbedder(C) if cfg.loop_cond == "loopformer" else None  # dt
         eps = residual_multiplier(cfg)
@@ -308,6 +390,11 @@ class LoopedGPT(GPT):
         self.sample_counter = 0
 
     # ---- structure ----
+    @property
+    def between(self):
+        """The module for what happens between loop passes (see between_passes)."""
+        return getattr(self, self.between_name)
+
     def n_block_modules(self):
         c = self.config
         return c.n_prelude + c.n_layer + c.n_coda
@@ -351,13 +438,16 @@ class LoopedGPT(GPT):
 
     def module_executions(self, training=True):
         """Runs per token (forward, backward) of the modules that do not run exactly once per token, for
-        scaling.py: the injection and the end-of-pass norm run once per pass; the loop embedders and the adaLN
-        modulators of TMLT / LoopFormer work once per pass per sequence (0 per token); hyper-connection lane mixing
-        is counted by scaling.py itself."""
+        scaling.py: the end-of-pass norm runs once per pass, the module between the passes as its runs() says (a
+        linear injection once per pass; hyper-connection lane mixing is its extra_macs()); the loop embedders and
+        the adaLN modulators of TMLT / LoopFormer work once per pass per sequence (0 per token)."""
         cfg = self.config
         per_pass = self.block_executions(training)[cfg.n_prelude]
-        out = {name: per_pass for name in ("inject", "norm_loop") if getattr(self, name) is not None}
-        out.update({name: (0, 0) for name in ("hc", "loop_embed", "step_embed") if getattr(self, name) is not None})
+        runs = self.between.runs(per_pass)
+        out = {} if runs is None else {self.between_name: runs}
+        if self.norm_loop is not None:
+            out["norm_loop"] = per_pass
+        out.update({name: (0, 0) for name in ("loop_embed", "step_embed") if getattr(self, name) is not None})
         if cfg.loop_cond in ("index", "loopformer"):
             out.update({f"blocks.{i}.modulator": (0, 0) for i in range(len(self.blocks)) if self.part(i) == "loop"})
         return out
@@ -375,8 +465,9 @@ class LoopedGPT(GPT):
         if not schedule or min(schedule) <= 0 or abs(sum(schedule) - 1) > 1e-6:
             raise ValueError(f"a schedule is a non-empty list of positive step sizes summing to 1 (or an int), "
                              f"got {schedule}")
-        if self.hc is not None and len(schedule) > self.config.n_loop:
-            raise ValueError(f"hyper-connections have parameters for n_loop={self.config.n_loop} passes; "
+        most = self.between.max_passes
+        if most is not None and len(schedule) > most:
+            raise ValueError(f"{type(self.between).__name__} has parameters for n_loop={most} passes; "
                              f"a schedule of {len(schedule)} steps is too long")
         return schedule
 
@@ -437,8 +528,7 @@ class LoopedGPT(GPT):
             index += 1
 
         e = x  # the prelude output, injected into every pass
-        h = torch.zeros_like(e) if cfg.injection == "additive" else e
-        lanes = self.hc.start(e) if self.hc is not None else None
+        state = self.between.start(e)
         n_frozen = len(steps) - cfg.bptt_loops if (cfg.bptt_loops and torch.is_grad_enabled()) else 0
         t = 0.0
         for loop, dt in enumerate(steps):
@@ -447,15 +537,7 @@ class LoopedGPT(GPT):
             frozen = torch.no_grad() if loop < n_frozen else nullcontext()
             with frozen:
                 c = self.loop_embedding(loop, t, dt)
-                if lanes is not None:
-                    u = self.hc.read(lanes, loop)
-                elif self.inject is not None:
-                    u = self.inject(e, h)
-                elif cfg.injection == "additive":
-                    u = h + e
-                else:
-                    u = h
-                u_in = u  # the pass input
+                u = u_in = self.between.read(state, e, loop)  # the pass input
             for j in range(K):
                 with frozen:
                     u = self.run_block(P + j, u, rope, cache, index, loop, c, aux)
@@ -464,11 +546,8 @@ class LoopedGPT(GPT):
                     index += 1
             with frozen:
                 s = self.norm_loop(u) if self.norm_loop is not None else u
-                if lanes is not None:  # the lanes take the pass's increment (HyperConnections: our reading)
-                    lanes = self.hc.write(lanes, s - u_in, loop)
-                    h = self.hc.pool(lanes)
-                else:
-                    h = s
+                state = self.between.write(state, s, u_in, loop)
+                h = self.between.pool(state)
             yield Label(index, P + K - 1, loop, True, "loop"), h
             index += 1
             t += dt
@@ -549,10 +628,11 @@ class LoopedGPT(GPT):
 
     # ---- optimizer groups ----
     def param_role(self, name, p):
-        """As GPT, plus: hyper-connection scalars are 'norm' (no decay, no muP LR scale); under
-        residual_scaling='factorized' the norm gains inside blocks are 'block_norm' (they take the depth LR rule)."""
-        if name.startswith("hc."):
-            return "norm"
+        """As GPT, plus: the parameters between the passes take their module's role if it names one
+        (hyper-connection scalars: 'norm', no decay, no muP LR scale); under residual_scaling='factorized' the norm
+        gains inside blocks are 'block_norm' (they take the depth LR rule)."""
+        if self.between.role is not None and name.startswith(self.between_name + "."):
+            return self.between.role
         role = super().param_role(name, p)
         if role == "norm" and name.startswith("blocks.") and self.config.residual_scaling == "factorized":
             return "block_norm"

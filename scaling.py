@@ -18,7 +18,8 @@ computed at every pass; tied embeddings are stored once. Two FLOP conventions:
 
 A model may define `module_executions()` -> {module name: (forward runs, backward runs)} for modules that do not
 run exactly once per token (input injection, per-pass norms; 0 for per-sequence work; "lm_head" when an objective
-reads out twice). Both methods may take `training` (False: one inference forward pass).
+reads out twice), and a `between` module (loop.py) whose extra_macs() are multiply-adds per pass that no parameter
+unit counts (hyper-connection lane mixing). Both methods may take `training` (False: one inference forward pass).
 """
 import dataclasses
 import inspect
@@ -155,18 +156,18 @@ def count_params(model):
     return c
 
 
-def hyperconnection_flops(model, train=True):
-    """Lane mixing of hyper-connections at loop boundaries: (K^2 + 2K) * d multiply-adds per pass and token, i.e.
-    6 * n_loop * (K^2 + 2K) * d training FLOPs (Schwethelm et al. 2026, arXiv:2604.21106, App. G.1); passes without
-    backward (truncated BPTT) cost 2 instead of 6. As in the paper's count, the d-wide elementwise work of our reading
-    (the increment s - u per pass, the pooling of the lanes; loop.HyperConnections) is not counted."""
-    cfg = model.config
-    K = getattr(cfg, "hc_lanes", 0)
-    if not K:
+def between_pass_flops(model, train=True):
+    """FLOPs per token of the module between loop passes that its parameter units do not count (its extra_macs()
+    per pass, see loop.py; hyper-connections' lane mixing: 6 * n_loop * (K^2 + 2K) * d, Schwethelm et al. 2026,
+    arXiv:2604.21106, App. G.1): 2 per multiply-add forward and 4 more backward; passes without backward
+    (truncated BPTT) cost 2 instead of 6."""
+    between = getattr(model, "between", None)
+    macs = between.extra_macs() if between is not None else 0
+    if not macs:
         return 0.0
     shared = [u for u in compute_units(model, train) if u.kind == "block" and u.fwd > 1]
     fwd, bwd = (shared[0].fwd, shared[0].bwd) if shared else (1, 1)  # the passes of the shared block
-    return float((2 * fwd + (4 * bwd if train else 0)) * (K * K + 2 * K) * cfg.n_embd)
+    return float((2 * fwd + (4 * bwd if train else 0)) * macs)
 
 
 CONVENTIONS = ("lee", "schwethelm")
@@ -190,7 +191,7 @@ def flops_per_token(model, convention="lee", seq_len=None):
     if convention != "schwethelm":
         raise ValueError(f"unknown FLOP convention {convention!r}: use one of {CONVENTIONS}")
     T = seq_len or model.config.block_size
-    total = hyperconnection_flops(model)
+    total = between_pass_flops(model)
     for u in compute_units(model):
         if u.kind == "embed":  # a lookup, no matmul
             continue
@@ -205,7 +206,7 @@ def forward_flops_per_token(model, seq_len=None):
     (head included) plus 4*h*q*T attention per executed layer, T = seq_len (default block_size) counted as a full
     T x T square (as Schwethelm et al. and FlopCounterMode do; for decoding pass the mean context instead)."""
     T = seq_len or model.config.block_size
-    total = hyperconnection_flops(model, train=False)
+    total = between_pass_flops(model, train=False)
     for u in compute_units(model, training=False):
         if u.kind != "embed":
             total += u.fwd * (2 * u.active + 4 * u.attn_width * T)

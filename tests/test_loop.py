@@ -121,9 +121,7 @@ def test_one_pass_equals_gpt_logits_and_gradients():
 @pytest.mark.parametrize("plan", list(PLANS))
 def test_plan_equals_hand_unrolled_stack(plan):
     m = make(**PLANS[plan])
-    perturb(m.inject if m.inject is not None else nn.Linear(1, 1))  # a non-identity injection
-    if m.hc is not None:
-        perturb(m.hc, scale=0.3)
+    perturb(m.between, scale=0.3 if m.config.hc_lanes else 0.05)  # a non-identity injection or lane mixing
     idx = tokens()
     logits, _, _ = m(idx)
     torch.testing.assert_close(logits, hand_forward(m, idx), rtol=1e-5, atol=1e-5)
@@ -237,7 +235,7 @@ def test_sinusoidal_features():
 def test_truncated_bptt_equals_detaching_by_hand(plan):
     kw = dict(PLANS[plan], n_loop=4, bptt_loops=2)
     m = make(**kw)
-    perturb(m.inject if m.inject is not None else m.hc, scale=0.1)
+    perturb(m.between, scale=0.1)
     idx = tokens()
     _, loss, _ = m(idx, idx)
     loss.backward()
@@ -257,7 +255,7 @@ def test_truncated_bptt_equals_detaching_by_hand(plan):
 
 
 def test_hyper_connection_update_matches_the_equations():
-    hc = HyperConnections(2, 3)
+    hc = HyperConnections(tiny(n_loop=3, hc_lanes=2))
     assert hc.alpha.tolist() == [[1, 0], [0, 1], [1, 0]]  # cyclic init
     assert torch.equal(hc.mix[2], torch.eye(2)) and hc.beta.eq(1).all()
     with torch.no_grad():
@@ -268,9 +266,10 @@ def test_hyper_connection_update_matches_the_equations():
     lanes = torch.stack([l0, l1])
     s = torch.tensor([[[100.0, 200.0]]])
     # u_1 = alpha_1 . l = 1*l0 - 1*l1
-    assert hc.read(lanes, 1).tolist() == [[[-9.0, -18.0]]]
+    assert hc.read(lanes, l0, 1).tolist() == [[[-9.0, -18.0]]]  # (e is not read)
     # l'_0 = 1*l0 + 2*l1 + 0.5 s = (71, 142); l'_1 = 3*l0 + 4*l1 - 2 s = (-157, -314)
-    assert hc.write(lanes, s, 1).tolist() == [[[[71.0, 142.0]]], [[[-157.0, -314.0]]]]
+    u = torch.zeros_like(s)  # so that s is the pass's increment s - u
+    assert hc.write(lanes, s, u, 1).tolist() == [[[[71.0, 142.0]]], [[[-157.0, -314.0]]]]
 
 
 @pytest.mark.parametrize("loop_norm", [True, False])
@@ -286,7 +285,7 @@ def test_hyper_connections_at_cyclic_init_reduce_to_the_passthrough_loop(loop_no
         unexpected = plain.load_state_dict(m.state_dict(), strict=False).unexpected_keys
         assert sorted(unexpected) == ["hc.alpha", "hc.beta", "hc.mix"]
         lanes_seen, write = [], m.hc.write
-        m.hc.write = lambda lanes, s, i: lanes_seen.append(write(lanes, s, i)) or lanes_seen[-1]
+        m.hc.write = lambda lanes, s, u, i: lanes_seen.append(write(lanes, s, u, i)) or lanes_seen[-1]
         with torch.no_grad():
             ref = [h for label, h in plain.states(idx) if label.boundary]
             pooled = [h for label, h in m.states(idx) if label.boundary]
