@@ -30,7 +30,6 @@ import sys
 from collections import namedtuple
 
 import numpy as np
-import scipy.optimize
 import torch
 
 from data import TOKENIZER_VOCAB  # a named tokenizer sets the vocabulary train.py trains with (data.training_vocab)
@@ -699,6 +698,7 @@ def best_fits(data, starts, lo, hi, polish=2, weights=None):
     (B, n) each problem's row weights (None: one problem, every row once). All B*S starts descend as one numpy batch;
     the `polish` best of each problem are then polished with scipy's L-BFGS-B, the paper's optimizer.
     Returns theta (B, 6), the Huber objective (B,) and every descent's end (B, S, 6), best first."""
+    import scipy.optimize  # here, not at the top: train.py, early_exit.py and bench.py import scaling only to count
     one_blas_thread()
     B, S, P = starts.shape
     scale = 1.0 / HUBER_DELTA  # well-conditioned objective values (about sum |res|) for the tolerances
