@@ -591,6 +591,15 @@ def test_analytic_counts_match_the_modules(kw):
     assert report["F"] == count(model) - inactive
 
 
+@pytest.mark.parametrize("kw", [dict(injection="linear"), dict(hc_lanes=2), dict(loop_norm=True, norm_gain=True)])
+def test_capacity_report_counts_every_module(kw):
+    """N is everything the model stores, whatever the loop adds between passes (input injection, hyper-connection
+    lanes, per-pass norms); tying the embedding changes the storage, not the params a token computes with."""
+    cfg = small_config(n_layer=2, n_loop=2, vocab_size=257, **kw)
+    assert scaling.capacity_report(cfg)["N"] == count(build_model(cfg))
+    tied = dataclasses.replace(cfg, tie_embeddings=True)
+    assert scaling.capacity_report(tied)["F"] == scaling.capacity_report(cfg)["F"]
+
 # Lee et al. 2026, arXiv:2605.09165, configuration table: d, d_ff, active M, stored Looped-MoE M, stored MoE M
 PAPER_TABLE = [(128, 384, 16, 18, 23), (256, 704, 39, 45, 65), (384, 1024, 67, 81, 124), (512, 1408, 103, 129, 207),
                (640, 1728, 144, 184, 303), (768, 2048, 190, 247, 417), (896, 2432, 246, 325, 560),
