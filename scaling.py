@@ -494,7 +494,9 @@ def grid_points(spec):
 
 def train_defaults():
     """train.py's own keys and defaults, read from its source: the planner parses a point exactly as train.py will
-    (and stops on a bad key before any run starts) without importing it."""
+    (and stops on a bad key before any run starts) without importing it. Read, not imported: train.py imports this
+    file, so an import back would point down DESIGN.md's table and close a cycle; the defaults stay where a nanoGPT
+    reader looks for them, at the top of train.py, whose --help reads their comments from the same source."""
     import ast
     with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "train.py")) as f:
         tree = ast.parse(f.read())
