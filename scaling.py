@@ -354,6 +354,8 @@ def fit_expert_width(config, target_flops, count_conditioning=True, multiple=8):
     be narrower than `multiple`. F is linear in the expert width: every MoE run computes top_k + n_shared_expert
     experts of (3 for SwiGLU, else 2) * n_embd params per unit of width."""
     moe_layers = [layer for layer in capacity_counts(config)["layers"] if "per_expert" in layer]
+    if not moe_layers:
+        raise ValueError("fit_expert_width: the config has no MoE layers")
     H0 = moe_layers[0]["hidden"]
     config = dataclasses.replace(config, moe_d_ff=H0)
     per_hidden = sum(m["runs"] * (config.top_k + m["n_shared"]) * m["per_expert"] for m in moe_layers) // H0
