@@ -1,5 +1,6 @@
 """
-Parameter and FLOP accounting (the only place in the project that counts), scaling sweeps, scaling-law fits.
+Parameter and FLOP accounting (the only place in the project that counts) and the capacity balancing of LoopMoE
+that rests on it, scaling sweeps, scaling-law fits.
 
     python scaling.py count config/sparse_looped_moe.py --n_embd=704 --flops_budget=1e18
     python scaling.py sweep config/sweeps/isoflop_cpu.py [--dry_run]
