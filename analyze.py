@@ -40,6 +40,7 @@ from configurator import configure, run  # noqa: E402
 from loop import build_model, load_model, pick_device, residual_multiplier  # noqa: E402
 from model import GPTConfig  # noqa: E402
 from optim import train_step  # noqa: E402
+from scaling import capacity_report  # noqa: E402
 
 LN2 = math.log(2.0)
 
@@ -535,7 +536,7 @@ def run_iteradaln(cfg, model_cfg):
 def run_active_params(cfg, model_cfg):
     """Expected unique experts per token after K = 1..n_loop iterations of each shared MoE layer (measured from the
     routing records), and the model's active attention and FFN parameters A_attn, A_ffn and rho = A_attn / A_ffn
-    they imply (moe.capacity_report: attention counted once, a looped MoE layer's unique experts plus its shared
+    they imply (scaling.capacity_report: attention counted once, a looped MoE layer's unique experts plus its shared
     experts) vs K (Chen et al. 2026, App. A.4, Fig. 3). rho* is K = 1, the matched non-looped MoE."""
     models, batches = models_and_prompts(cfg, model_cfg)
     result = {}
@@ -544,7 +545,7 @@ def run_active_params(cfg, model_cfg):
         uniq = {str(layer): unique_experts([recs[(layer, k)]["experts"] for k in loops], model.config.n_expert)
                 for layer, loops in layers.items()}
         mean_uniq = np.mean(list(uniq.values()), 0)
-        reports = [moe.capacity_report(dataclasses.replace(model.config, n_loop=k + 1), float(u))
+        reports = [capacity_report(dataclasses.replace(model.config, n_loop=k + 1), float(u))
                    for k, u in enumerate(mean_uniq)]
         result[name] = dict(iterations=list(range(1, len(mean_uniq) + 1)), unique_experts=mean_uniq.tolist(),
                             unique_experts_per_layer=uniq, a_attn=[r["A_attn"] for r in reports],

@@ -1,5 +1,6 @@
 """
-Parameter and FLOP accounting (the only place in the project that counts), scaling sweeps, scaling-law fits.
+Parameter and FLOP accounting (the only place in the project that counts) and the capacity balancing of LoopMoE
+that rests on it, scaling sweeps, scaling-law fits.
 
     python scaling.py count config/sparse_looped_moe.py --n_embd=704 --flops_budget=1e18
     python scaling.py sweep config/sweeps/isoflop_cpu.py [--dry_run]
@@ -31,7 +32,6 @@ import sys
 from collections import namedtuple
 
 import numpy as np
-import scipy.optimize
 import torch
 
 from data import TOKENIZER_VOCAB  # a named tokenizer sets the vocabulary train.py trains with (data.training_vocab)
@@ -260,6 +260,183 @@ def accounting(model, convention="lee", flops_budget=0.0, seq_len=None):
 
 
 # -----------------------------------------------------------------------------------------------------------------
+# capacity balancing (Chen et al. 2026, arXiv:2606.04438, §3.4 and App. A.4), counted on the meta-device model
+#
+# capacity_report() gives the attention/FFN active ratio rho, stored params N and per-token executed (FLOP) params
+# F of a config; moe.unique_experts_per_token() measures how many distinct experts a token touches over the loop
+# iterations from routing records; match_flops() fits the expert width to a target F and the expert count to a
+# target N; rebalance() scales the MLA ranks, with the expert width refitted at fixed F, until rho reaches a target,
+# then restores N. F is strict by default: it counts everything a token executes, IterAdaLN's modulators included
+# (count_conditioning=False: the backbone only).
+
+_CAPACITY = {}  # repr(config) -> capacity_counts(config): rebalance's bisection meets the same rounded configs often
+
+
+def capacity_counts(config):
+    """What capacity balancing reads off the model built on the meta device (cached per config): N and strict F
+    (count_params), the per-token work of the per-loop modulators, and one entry per physical layer (model.blocks
+    order) with its attention params, runs per token and FFN: the dense MLP's params, or for an MoE layer one
+    expert's params, its shared experts, its router row per expert and its expert width."""
+    key = repr(config)
+    if key in _CAPACITY:
+        return _CAPACITY[key]
+    model = model_on_meta(config)
+    declared = dict(_runs(model.module_executions, False)) if hasattr(model, "module_executions") else {}
+    runs, layers, modulators = {}, [], 0
+    for block, (fwd, _) in zip(model.blocks, _runs(model.block_executions, False)):
+        runs[id(block)] = runs.get(id(block), 0) + fwd
+    for i, block in enumerate(model.blocks):
+        if id(block) not in runs:
+            continue  # a module listed twice in `blocks` is one layer that runs at both places
+        layer = dict(attn=sum(p.numel() for p in block.attn.parameters()), runs=runs.pop(id(block)))
+        if hasattr(block.ffn, "param_counts"):  # an MoE layer
+            c = block.ffn.param_counts()
+            layer.update(per_expert=c["per_expert"], n_shared=c["shared"] // c["per_expert"],
+                         router_row=block.ffn.router.in_features, hidden=block.ffn.w_down.size(-1))
+        else:
+            layer.update(dense=sum(p.numel() for p in block.ffn.parameters()))
+        modulator = getattr(block, "modulator", None)
+        if modulator is not None:  # runs with its block unless the model declares otherwise (per sequence: 0)
+            per_token = declared.get(f"blocks.{i}.modulator", (layer["runs"], 0))[0]
+            modulators += per_token * sum(p.numel() for p in modulator.parameters())
+        layers.append(layer)
+    counts = count_params(model)
+    _CAPACITY[key] = dict(N=counts["params_unique"], F=counts["params_active"], modulators=modulators, layers=layers)
+    return _CAPACITY[key]
+
+
+def capacity_report(config, unique_experts=None, count_conditioning=True):
+    """Active capacity of a configuration (Chen et al. 2026, §3.4): per-token unique attention params A_attn,
+    per-token unique FFN params A_ffn, rho = A_attn/A_ffn, stored params N (everything the model stores:
+    embeddings, routers, per-loop conditioning) and per-token executed params F (count_params' params_active, the
+    FLOPs proxy, 2F per token forward). Attention weights are reused across loops, so they count once in A_attn; a
+    shared MoE layer run K times touches `unique_experts` distinct routed experts per token (measured with
+    moe.unique_experts_per_token, default top_k, i.e. no new experts after the first pass) plus its shared experts.
+    Shared experts count in A_ffn, routers in neither.
+    count_conditioning: whether F counts the per-token work of the per-loop conditioning (IterAdaLN's modulators).
+    Chen et al. match F without saying whether it includes them; True (the default) is the strict reading, a token's
+    FLOPs are everything it executes; False the loose one, F of the backbone only."""
+    counts = capacity_counts(config)
+    k = config.top_k
+    u = k if unique_experts is None else unique_experts
+    A_attn = A_ffn = 0
+    for layer in counts["layers"]:
+        A_attn += layer["attn"]
+        if "dense" in layer:
+            A_ffn += layer["dense"]
+        else:
+            A_ffn += (layer["n_shared"] + (u if layer["runs"] > 1 else k)) * layer["per_expert"]
+    F = counts["F"] - (0 if count_conditioning else counts["modulators"])
+    return dict(A_attn=A_attn, A_ffn=A_ffn, rho=A_attn / A_ffn, N=counts["N"], F=F, unique_experts=u)
+
+
+def _round(x, multiple):
+    return max(multiple, int(round(x / multiple)) * multiple)
+
+
+def match_params(config, target_params, extra_params=0):
+    """Set n_expert so that the stored params (capacity_report N + extra_params) come closest to target_params
+    (step 3 of LoopMoE's capacity balancing: the routed expert pool restores N; F changes only by the router)."""
+    counts = capacity_counts(config)
+    moe_layers = [layer for layer in counts["layers"] if "per_expert" in layer]
+    if not moe_layers:
+        raise ValueError("match_params: the config has no MoE layers")
+    per_expert = sum(m["per_expert"] + m["router_row"] for m in moe_layers)  # one more expert in every MoE layer
+    gap = target_params - extra_params - counts["N"]
+    n_expert = int(round(config.n_expert + gap / per_expert))
+    if n_expert < config.top_k:
+        raise ValueError(f"match_params: {target_params} params need n_expert={n_expert} < top_k={config.top_k}; "
+                         "the target is too small for this width and depth")
+    return dataclasses.replace(config, n_expert=n_expert)
+
+
+def fit_expert_width(config, target_flops, count_conditioning=True, multiple=8):
+    """The config with the expert hidden size (moe_d_ff, routed and shared experts alike) that brings the per-token
+    executed params F (capacity_report) closest to target_flops, rounded to `multiple`; None if the experts would
+    be narrower than `multiple`. F is linear in the expert width: every MoE run computes top_k + n_shared_expert
+    experts of (3 for SwiGLU, else 2) * n_embd params per unit of width."""
+    moe_layers = [layer for layer in capacity_counts(config)["layers"] if "per_expert" in layer]
+    if not moe_layers:
+        raise ValueError("fit_expert_width: the config has no MoE layers")
+    H0 = moe_layers[0]["hidden"]
+    config = dataclasses.replace(config, moe_d_ff=H0)
+    per_hidden = sum(m["runs"] * (config.top_k + m["n_shared"]) * m["per_expert"] for m in moe_layers) // H0
+    hidden = H0 + (target_flops - capacity_report(config, count_conditioning=count_conditioning)["F"]) / per_hidden
+    if hidden < multiple:
+        return None
+    return dataclasses.replace(config, moe_d_ff=_round(hidden, multiple))
+
+
+def match_flops(config, target_flops, target_params, extra_params=0, count_conditioning=True, multiple=8):
+    """Match a rung to its reference at fixed top_k (Chen et al. 2026, arXiv:2606.04438, §3.4: N = N*, F = F*):
+    the expert width pays for whatever else the rung executes per token (fit_expert_width: IterAdaLN's modulators,
+    the larger MLA ranks of rebalance), then the routed expert count restores the stored params (match_params).
+    Repeated until neither moves: more experts widen the routers, which costs a little F."""
+    seen = []
+    while config not in seen:
+        seen.append(config)
+        fitted = fit_expert_width(config, target_flops, count_conditioning, multiple)
+        if fitted is None:
+            raise ValueError(f"match_flops: F={target_flops} cannot pay for this config's other per-token work "
+                             f"(the experts would be narrower than {multiple}); raise the target or drop a module")
+        config = match_params(fitted, target_params, extra_params)
+    return config
+
+
+def rebalance(config, target_rho, unique_experts, target_params=None, target_flops=None, extra_params=0,
+              count_conditioning=True, multiple=8):
+    """LoopMoE's capacity balancing (Chen et al. 2026, arXiv:2606.04438, §3.4): scale the MLA query and key/value
+    latent ranks by one factor t and refit every expert's hidden size so that the per-token executed params F stay
+    at target_flops (fit_expert_width; default: the input config's F), top_k fixed, until rho = A_attn/A_ffn
+    reaches target_rho; then add routed experts until the stored params reach target_params (match_flops; default:
+    the input config's). t > 1 (A_attn up, A_ffn down) where looping lowered rho, the paper's case; t < 1 where rho
+    is above the target, e.g. after narrow experts paid for IterAdaLN's modulators at fixed F. Ranks and widths are
+    rounded to `multiple`, so rho and F land close to, not exactly on, their targets.
+    unique_experts: distinct routed experts per token over the loop (moe.unique_experts_per_token, or
+    moe.independent_unique_experts as an upper-bound estimate). count_conditioning: see capacity_report.
+    Returns the new GPTConfig."""
+    if config.attn != "mla" or config.n_expert == 0:
+        raise ValueError("rebalance needs an MoE model with attn='mla' (it scales the MLA latent ranks)")
+    before = capacity_report(config, unique_experts, count_conditioning)
+    target_params = before["N"] + extra_params if target_params is None else target_params
+    target_flops = before["F"] if target_flops is None else target_flops
+
+    def candidate(t):
+        """Ranks scaled by t, then the expert width and count matched to F and N (None if the experts vanish)."""
+        ranks = dict(kv_lora_rank=_round(config.kv_lora_rank * t, multiple))
+        if config.q_lora_rank:
+            ranks["q_lora_rank"] = _round(config.q_lora_rank * t, multiple)
+        try:
+            return match_flops(dataclasses.replace(config, **ranks), target_flops, target_params, extra_params,
+                               count_conditioning, multiple)
+        except ValueError:
+            return None
+
+    def reached(t):  # rho grows with t; a candidate whose experts vanished has gone past the target
+        c = candidate(t)
+        return c is None or capacity_report(c, unique_experts)["rho"] >= target_rho
+
+    lo, hi = 1.0, 1.0
+    if reached(1.0):  # lower the ranks until rho falls below the target
+        while reached(lo):
+            if config.kv_lora_rank * lo < multiple and config.q_lora_rank * lo < multiple:
+                raise ValueError(f"rebalance: target rho={target_rho:.3g} is out of reach at fixed FLOPs even "
+                                 f"with ranks of {multiple}; raise the target or the expert budget")
+            lo, hi = lo / 2, lo
+    else:  # raise the ranks until rho passes the target
+        while not reached(hi):
+            lo, hi = hi, hi * 2
+        if candidate(hi) is None:
+            raise ValueError(f"rebalance: target rho={target_rho:.3g} is out of reach at fixed FLOPs "
+                             f"(rho={before['rho']:.3g} now); lower the target or add attention heads")
+    for _ in range(40):  # bisection on the rank scale
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if reached(mid) else (mid, hi)
+    options = [c for c in (candidate(lo), candidate(hi)) if c is not None]
+    return min(options, key=lambda c: abs(capacity_report(c, unique_experts)["rho"] - target_rho))
+
+
+# -----------------------------------------------------------------------------------------------------------------
 # sweeps: plan a grid, run train.py for each point, one row per finished run in results.jsonl, resumable
 #
 # A sweep spec (config/sweeps/*.py) is a plain Python file that sets:
@@ -321,7 +498,9 @@ def grid_points(spec):
 
 def train_defaults():
     """train.py's own keys and defaults, read from its source: the planner parses a point exactly as train.py will
-    (and stops on a bad key before any run starts) without importing it."""
+    (and stops on a bad key before any run starts) without importing it. Read, not imported: train.py imports this
+    file, so an import back would point down DESIGN.md's table and close a cycle; the defaults stay where a nanoGPT
+    reader looks for them, at the top of train.py, whose --help reads their comments from the same source."""
     import ast
     with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "train.py")) as f:
         tree = ast.parse(f.read())
@@ -700,6 +879,7 @@ def best_fits(data, starts, lo, hi, polish=2, weights=None):
     (B, n) each problem's row weights (None: one problem, every row once). All B*S starts descend as one numpy batch;
     the `polish` best of each problem are then polished with scipy's L-BFGS-B, the paper's optimizer.
     Returns theta (B, 6), the Huber objective (B,) and every descent's end (B, S, 6), best first."""
+    import scipy.optimize  # here, not at the top: train.py, early_exit.py and bench.py import scaling only to count
     one_blas_thread()
     B, S, P = starts.shape
     scale = 1.0 / HUBER_DELTA  # well-conditioned objective values (about sum |res|) for the tolerances

@@ -532,23 +532,73 @@ def count(model):
     return sum(p.numel() for p in model.parameters())
 
 
+# The counts from the config, as the papers give them: the controls for scaling.py's count of the modules.
+
+def attention_params(config):
+    """Parameters of one attention sublayer: 4*C*H*D, or MLA's projections (DeepSeek-V2, arXiv:2405.04434, §2.1)."""
+    C, H, D = config.n_embd, config.n_head, config.head_dim
+    if config.attn != "mla":
+        return 4 * C * H * D
+    Dr, Dv, rq, rkv = config.rope_head_dim, config.v_head_dim or D, config.q_lora_rank, config.kv_lora_rank
+    q = C * rq + rq * H * (D + Dr) if rq else C * H * (D + Dr)
+    kv = C * (rkv + Dr) + rkv * H * (D + Dv)
+    gains = (rq + rkv) if config.norm_gain else 0
+    return q + kv + H * Dv * C + gains
+
+
+def ffn_params(config, hidden):
+    """Parameters of one FFN (an expert, or the dense MLP) of the given hidden size."""
+    return (3 if config.mlp == "swiglu" else 2) * config.n_embd * hidden
+
+
+def expert_params(config):
+    return ffn_params(config, moe.expert_hidden(config))
+
+
+def conditioning_params(config):
+    """Per-loop conditioning of the loop body (loop.py, loop_cond): embedders = stored params of the loop embedders
+    (sinusoidal(256) -> Linear -> SiLU -> Linear, once per model; LoopFormer embeds t and dt), modulator = stored
+    params of one shared layer's modulator: IterAdaLN (Chen et al. 2026, arXiv:2606.04438, §3.3, Eqs. 3-7) the token
+    stream Linear(C, C) and output Linear(C, 3C) of the attention branch, Linear(C, C) and Linear(C, 2C) of the MoE
+    branch; index / loopformer an adaLN Linear(C, 4C) (Jeddi et al. 2026, arXiv:2602.11451, §3.2)."""
+    C, kind = config.n_embd, config.loop_cond
+    embedders = (2 if kind == "loopformer" else 1) * (256 * C + C + C * C + C)
+    if kind == "iteradaln":
+        return dict(embedders=embedders, modulator=(C * C + C * 3 * C + 3 * C) + (C * C + C * 2 * C + 2 * C))
+    return dict(embedders=embedders, modulator=4 * C * C + 4 * C)
+
+
 @pytest.mark.parametrize("kw", [dict(), dict(attn="mla", q_lora_rank=16, kv_lora_rank=24, rope_head_dim=8,
                                               v_head_dim=8, norm_gain=True),
                                 dict(attn="mla", q_lora_rank=0, n_shared_expert=2, moe_first_dense=1, mlp="relu2")])
 def test_analytic_counts_match_the_modules(kw):
     cfg = small_config(n_layer=3, **kw)
     model = GPT(cfg)
-    report = moe.capacity_report(cfg)
+    report = scaling.capacity_report(cfg)
     assert report["N"] == count(model)
-    assert moe.attention_params(cfg) == count(model.blocks[-1].attn)
+    assert attention_params(cfg) == count(model.blocks[-1].attn)
     layer = model.blocks[-1].ffn
     assert layer.param_counts()["stored"] == count(layer)
-    assert layer.param_counts()["per_expert"] == moe.expert_params(cfg)
+    assert layer.param_counts()["per_expert"] == expert_params(cfg)
+    # A_attn counts every layer's attention, A_ffn the dense MLPs and the active experts of the MoE layers
+    n_dense = cfg.moe_first_dense
+    assert report["A_attn"] == cfg.n_layer * attention_params(cfg)
+    assert report["A_ffn"] == (n_dense * ffn_params(cfg, cfg.d_ff)
+                               + (cfg.n_layer - n_dense) * (cfg.top_k + cfg.n_shared_expert) * expert_params(cfg))
     # per-token executed params: everything but the inactive experts
     inactive = sum(b.ffn.param_counts()["stored"] - b.ffn.param_counts()["active"]
                    for b in model.blocks if isinstance(b.ffn, moe.MoE))
     assert report["F"] == count(model) - inactive
 
+
+@pytest.mark.parametrize("kw", [dict(injection="linear"), dict(hc_lanes=2), dict(loop_norm=True, norm_gain=True)])
+def test_capacity_report_counts_every_module(kw):
+    """N is everything the model stores, whatever the loop adds between passes (input injection, hyper-connection
+    lanes, per-pass norms); tying the embedding changes the storage, not the params a token computes with."""
+    cfg = small_config(n_layer=2, n_loop=2, vocab_size=257, **kw)
+    assert scaling.capacity_report(cfg)["N"] == count(build_model(cfg))
+    tied = dataclasses.replace(cfg, tie_embeddings=True)
+    assert scaling.capacity_report(tied)["F"] == scaling.capacity_report(cfg)["F"]
 
 # Lee et al. 2026, arXiv:2605.09165, configuration table: d, d_ff, active M, stored Looped-MoE M, stored MoE M
 PAPER_TABLE = [(128, 384, 16, 18, 23), (256, 704, 39, 45, 65), (384, 1024, 67, 81, 124), (512, 1408, 103, 129, 207),
@@ -586,27 +636,27 @@ def ladder_configs():
                   n_expert=16, top_k=4, n_shared_expert=1, moe_d_ff=48, moe_first_dense=1, d_ff=240,
                   vocab_size=257)
     vanilla = GPTConfig(n_layer=6, **common)
-    loop_base = moe.match_params(GPTConfig(n_prelude=1, n_layer=2, n_loop=2, n_coda=1, **common),
-                                 moe.capacity_report(vanilla)["N"])
+    loop_base = scaling.match_params(GPTConfig(n_prelude=1, n_layer=2, n_loop=2, n_coda=1, **common),
+                                     scaling.capacity_report(vanilla)["N"])
     return vanilla, loop_base
 
 
 def test_rebalance_restores_rho_at_fixed_flops_and_params():
     vanilla, loop_base = ladder_configs()
-    target = moe.capacity_report(vanilla)
-    base = moe.capacity_report(loop_base, unique_experts=7.0)
+    target = scaling.capacity_report(vanilla)
+    base = scaling.capacity_report(loop_base, unique_experts=7.0)
     assert base["F"] == pytest.approx(target["F"], rel=0.02)  # same executed layers and widths (router aside)
-    assert abs(base["N"] - target["N"]) < loop_base.n_layer * moe.expert_params(loop_base)  # matched to one expert
+    assert abs(base["N"] - target["N"]) < loop_base.n_layer * expert_params(loop_base)  # matched to one expert
     assert base["rho"] < 0.8 * target["rho"]  # re-selected experts inflate A_ffn
-    new = moe.rebalance(loop_base, target["rho"], unique_experts=7.0, target_params=target["N"], multiple=4)
-    after = moe.capacity_report(new, unique_experts=7.0)
+    new = scaling.rebalance(loop_base, target["rho"], unique_experts=7.0, target_params=target["N"], multiple=4)
+    after = scaling.capacity_report(new, unique_experts=7.0)
     assert new.kv_lora_rank > loop_base.kv_lora_rank and new.q_lora_rank > loop_base.q_lora_rank
     assert new.moe_d_ff < loop_base.moe_d_ff and new.n_expert > loop_base.n_expert and new.top_k == loop_base.top_k
     assert after["rho"] == pytest.approx(target["rho"], rel=0.1)
     assert after["F"] == pytest.approx(target["F"], rel=0.02)
-    assert abs(after["N"] - target["N"]) <= 3 * (moe.expert_params(new) + new.n_embd)
+    assert abs(after["N"] - target["N"]) <= 3 * (expert_params(new) + new.n_embd)
     with pytest.raises(ValueError, match="mla"):
-        moe.rebalance(GPTConfig(n_expert=4), 1.0, 2.0)
+        scaling.rebalance(GPTConfig(n_expert=4), 1.0, 2.0)
 
 
 @pytest.mark.parametrize("loop_cond,sandwich_norm", [("index", True), ("loopformer", False), ("iteradaln", True),
@@ -619,11 +669,11 @@ def test_conditioning_counts_match_the_modules(loop_cond, sandwich_norm):
                        norm_gain=True, sandwich_norm=sandwich_norm)
     with torch.device("meta"):
         model = build_model(cfg)
-    cond = moe.conditioning_params(cfg)
+    cond = conditioning_params(cfg)
     shared = [b for i, b in enumerate(model.blocks) if model.part(i) == "loop"]
     assert cond["modulator"] == count(shared[0].modulator)
     assert cond["embedders"] == sum(count(m) for m in (model.loop_embed, model.step_embed) if m is not None)
-    strict, loose = moe.capacity_report(cfg), moe.capacity_report(cfg, count_conditioning=False)
+    strict, loose = scaling.capacity_report(cfg), scaling.capacity_report(cfg, count_conditioning=False)
     assert strict["N"] == loose["N"] == count(model)
     assert strict["F"] == scaling.count_params(model)["params_active"]
     per_token = cfg.n_loop * sum(count(b.modulator) for b in shared) if loop_cond == "iteradaln" else 0
@@ -635,21 +685,21 @@ def test_match_flops_pays_for_iteradaln_and_rebalance_then_lowers_the_ranks():
     (match_flops), which lifts rho above the Vanilla MoE's; rebalance then lowers the MLA ranks and widens the
     experts at fixed F and N until rho is back at the target."""
     vanilla, loop_base = ladder_configs()
-    target = moe.capacity_report(vanilla)
-    iteradaln = moe.match_flops(dataclasses.replace(loop_base, loop_cond="iteradaln"), target["F"], target["N"],
-                                multiple=4)
-    report = moe.capacity_report(iteradaln, unique_experts=7.0)
+    target = scaling.capacity_report(vanilla)
+    iteradaln = scaling.match_flops(dataclasses.replace(loop_base, loop_cond="iteradaln"), target["F"], target["N"],
+                                    multiple=4)
+    report = scaling.capacity_report(iteradaln, unique_experts=7.0)
     assert iteradaln.moe_d_ff < loop_base.moe_d_ff and iteradaln.n_expert > loop_base.n_expert
     assert report["F"] == pytest.approx(target["F"], rel=0.02) and report["N"] == pytest.approx(target["N"], rel=0.01)
     assert report["rho"] > 1.2 * target["rho"]
-    new = moe.rebalance(iteradaln, target["rho"], unique_experts=7.0, target_params=target["N"], multiple=4)
-    after = moe.capacity_report(new, unique_experts=7.0)
+    new = scaling.rebalance(iteradaln, target["rho"], unique_experts=7.0, target_params=target["N"], multiple=4)
+    after = scaling.capacity_report(new, unique_experts=7.0)
     assert new.kv_lora_rank < iteradaln.kv_lora_rank and new.q_lora_rank < iteradaln.q_lora_rank
     assert new.moe_d_ff > iteradaln.moe_d_ff and new.top_k == iteradaln.top_k
     assert after["rho"] == pytest.approx(target["rho"], rel=0.1)
     assert after["F"] == pytest.approx(target["F"], rel=0.02) and after["N"] == pytest.approx(target["N"], rel=0.01)
     with pytest.raises(ValueError, match="match_flops"):
-        moe.match_flops(iteradaln, target["F"] / 2, target["N"])
+        scaling.match_flops(iteradaln, target["F"] / 2, target["N"])
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -711,22 +761,22 @@ def test_loopmoe_ladder_presets_are_matched(suffix):
     params = [stored(cfg) for cfg, _ in rungs]
     assert [f / flops[0] for f in flops] == pytest.approx([1.0] * 4, abs=0.02)
     assert [n / params[0] for n in params] == pytest.approx([1.0] * 4, abs=0.01)
-    # the accounting: capacity_report agrees with scaling.py's walk of the modules, and matches the rungs
-    target = moe.capacity_report(vanilla)
+    # the accounting: capacity_report agrees with the built models and count_params, and matches the rungs
+    target = scaling.capacity_report(vanilla)
     for (cfg, _), n in zip(rungs, params):
         with torch.device("meta"):
             counts = scaling.count_params(build_model(cfg))
-        report = moe.capacity_report(cfg)
+        report = scaling.capacity_report(cfg)
         assert (report["N"], report["F"]) == (n, counts["params_active"])
         assert report["F"] == pytest.approx(target["F"], rel=0.02)
     u = ns["_unique_experts"]
-    assert moe.capacity_report(loopmoe, u)["rho"] == pytest.approx(target["rho"], rel=0.03)
-    assert moe.capacity_report(iteradaln, u)["rho"] != pytest.approx(target["rho"], rel=0.1)  # balancing has work
+    assert scaling.capacity_report(loopmoe, u)["rho"] == pytest.approx(target["rho"], rel=0.03)
+    assert scaling.capacity_report(iteradaln, u)["rho"] != pytest.approx(target["rho"], rel=0.1)  # balancing has work
     # the presets are what match_flops and rebalance make (rounded as the presets were)
     multiple = 8 if suffix == "" else 2
     for cfg in (loop_base, iteradaln):
-        assert moe.match_flops(cfg, target["F"], target["N"], multiple=multiple) == cfg
-    again = moe.rebalance(iteradaln, target["rho"], u, target_params=target["N"], target_flops=target["F"],
+        assert scaling.match_flops(cfg, target["F"], target["N"], multiple=multiple) == cfg
+    again = scaling.rebalance(iteradaln, target["rho"], u, target_params=target["N"], target_flops=target["F"],
                           multiple=multiple)
     keys = ("n_expert", "moe_d_ff", "q_lora_rank", "kv_lora_rank")
     assert [getattr(again, k) for k in keys] == [getattr(loopmoe, k) for k in keys]
@@ -737,7 +787,7 @@ def test_sparse_cpu_presets_match_active_params(name):
     cfg, _ = load_preset(name)
     dense, _ = load_preset("sparse_moe_cpu")
     assert cfg.n_layer * cfg.n_loop == 4 and cfg.n_expert == 8 and cfg.top_k == 2
-    assert moe.capacity_report(cfg)["F"] == moe.capacity_report(dense)["F"]
+    assert scaling.capacity_report(cfg)["F"] == scaling.capacity_report(dense)["F"]
 
 
 def test_records_carry_the_loop_index_of_a_looped_model():
