@@ -109,7 +109,7 @@ import torch
 
 import early_exit
 from configurator import ConfigError
-from early_exit import ENTRY, coda_positions, exit_score, log_probs, needs_head, readouts_before_exit
+from early_exit import CRITERIA, ENTRY, coda_positions, log_probs, readouts_before_exit
 from loop import is_looped, last, load_model, pick_device
 from model import KVCache
 
@@ -692,13 +692,13 @@ class Scorer:
                 h.copy_(torch.where(frozen_mask[..., None], frozen, h))  # slots are filled from it (propagate)
             if p not in cand_at:
                 continue
-            logp = None
-            if needs_head(s.criterion):
-                if prev_logp is None and s.criterion in ("kl", "agree"):  # the first candidate vs the entry state
+            logp, rule = None, CRITERIA[s.criterion]
+            if rule.head:
+                if prev_logp is None and rule.previous:  # the first candidate vs the entry state
                     prev_logp = log_probs(self.readout_at(entry_h, entry_label, cache, scored))
                 logp = log_probs(self.readout_at(h, label, cache, scored))
             hs = h[scored]
-            new = (exit_score(s.criterion, logp, prev_logp, hs, prev_h) < s.tau) & ~exited
+            new = (rule.score(logp, prev_logp, hs, prev_h) < s.tau) & ~exited
             if bool(new.any()):
                 k_exit[new] = cand_at[p]
                 exited |= new
