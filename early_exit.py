@@ -242,49 +242,54 @@ def check_criterion(criterion, decoding=False):
                          + (f" ({bounds} need the full pass or the labels)" if decoding else ""))
 
 
-def readout(model, h, label, cache=None):
-    """Logits of a state of the walk. While decoding, a model with a coda runs it with the KV cache (the coda's
-    slots then hold this token's coda states until a later readout of the same token overwrites them)."""
-    if cache is not None and model.config.n_coda:
-        return model.readout(h, label, cache=cache)
-    return model.readout(h, label)
+def readout(model, h, label, cache=None, rows=None):
+    """Logits of a state of the walk, or of the positions a (B, T) mask `rows` selects. While decoding, a model with
+    a coda runs it with the KV cache (the coda's slots then hold this token's coda states until a later readout of
+    the same token overwrites them); a coda attends over the whole sequence, so it runs on every position."""
+    if model.config.n_coda:
+        logits = model.readout(h, label, cache=cache) if cache is not None else model.readout(h, label)
+        return logits if rows is None else logits[rows]
+    return model.readout(h if rows is None else h[rows], label)
 
 
-# one walk, read out and scored at the candidates: the teacher-forced study and decoding both consume it
+# one walk, read out and scored at the candidates: the teacher-forced study, decoding and eval.py consume it
 Candidate = namedtuple("Candidate", "pos label h logits logp scores reads")
 
 
-def scored_candidates(model, x, walk, cands, criteria, cache=None, read_all=False):
+def scored_candidates(model, x, walk, cands, criteria, cache=None, read_all=False, rows=None):
     """Read out and score the candidate exits along `walk` (model.walk's iterator of (label, state) over the
     embedded x). Yields a Candidate at each walk position in `cands`: its label and state h; logits and logp, its
     readout and log-probabilities (None where no criterion reads the head, unless read_all); scores {criterion:
     score per token} for the rules `criteria`; reads, the readouts made for it (the first one's may include the
-    state entering the loop). Then, if the walk runs to its end, the full depth: scores None, logits its readout.
-    A caller that stops early closes this generator and then finishes or closes the walk itself."""
+    state entering the loop). Then, if the walk runs to its end, the full depth (scores and logits None: the
+    caller reads it out). rows: a (B, T) mask, the positions read out and scored (default: all). A caller that
+    stops early closes this generator and then finishes or closes the walk itself."""
     rules = {c: CRITERIA[c] for c in criteria}
     read_head = read_all or any(r.head for r in rules.values())
+    read_entry = any(r.previous and r.head for r in rules.values())
+    pick = (lambda t: t) if rows is None else (lambda t: t[rows])
     cand_set = set(cands)
-    entry_h, entry_label = x, ENTRY
-    prev_h = prev_logp = label = h = None
+    entry_h, entry_label, prev_h, prev_logp, first = x, ENTRY, pick(x), None, True
+    label = h = None
     for pos, (label, h) in enumerate(walk):
         if label.part == "prelude":
-            entry_h, entry_label = h, label
+            entry_h, entry_label, prev_h = h, label, pick(h)
         if pos not in cand_set:
             continue
         reads, logits, logp = 0, None, None
-        if prev_h is None:  # the first candidate is compared with the state entering the loop
-            prev_h = entry_h
-            if any(r.previous and r.head for r in rules.values()):
-                prev_logp = log_probs(readout(model, entry_h, entry_label, cache))
-                reads += 1
+        if first and read_entry:  # the first candidate is compared with the state entering the loop
+            prev_logp = log_probs(readout(model, entry_h, entry_label, cache, rows))
+            reads += 1
+        first = False
         if read_head:
-            logits = readout(model, h, label, cache)
+            logits = readout(model, h, label, cache, rows)
             logp = log_probs(logits)
             reads += 1
-        scores = {c: r.score(logp, prev_logp, h, prev_h) for c, r in rules.items()}
+        hs = pick(h)
+        scores = {c: r.score(logp, prev_logp, hs, prev_h) for c, r in rules.items()}
         yield Candidate(pos, label, h, logits, logp, scores, reads)
-        prev_h, prev_logp = h, logp
-    yield Candidate(pos, label, h, readout(model, h, label, cache), None, None, 1)
+        prev_h, prev_logp = hs, logp
+    yield Candidate(pos, label, h, None, None, None, 0)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -300,7 +305,7 @@ def exit_records(model, x, y, cands, criteria):
     rules = [c for c in criteria if CRITERIA[c].bound is None]
     nll, top1, conf, scores = [], [], [], {c: [] for c in rules}
     for cand in scored_candidates(model, h, model.walk(h, model.rope(0, x.size(1))), cands, rules, read_all=True):
-        logp = cand.logp if cand.logp is not None else log_probs(cand.logits)  # (B, T, V)
+        logp = cand.logp if cand.logp is not None else log_probs(readout(model, cand.h, cand.label))  # (B, T, V)
         nll.append(-logp.gather(-1, y.unsqueeze(-1)).squeeze(-1).flatten())
         top_logp, top = logp.max(-1)
         top1.append(top.flatten())
@@ -460,7 +465,7 @@ def decode_step(model, tok, cache, labels, cands, criterion, tau, fill):
     exit_pos, n_read, n_early_read, scores = None, 0, 0, []
     for cand in candidates:
         if cand.scores is None:  # the full depth
-            exit_logits, n_read = cand.logits, 1
+            exit_logits, n_read = readout(model, cand.h, cand.label, cache), 1
             break
         n_early_read += cand.reads
         score = cand.scores[criterion]  # (B, 1)
