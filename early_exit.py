@@ -20,6 +20,9 @@ ablation). Criteria (score < tau exits; tau = 0 never exits, tau = inf exits at 
   oracle   as agree, but against the final distribution's argmax (needs the full pass: an upper bound)
   optimal  tau = lambda: each token picks the exit minimising nll + lambda * depth fraction (uses the labels: the
            best any exit rule can do, the lower convex hull of perplexity vs depth saved)
+Each criterion is one record in CRITERIA (a rule's score, or a bound's exits; whether it compares with the
+previous candidate; whether it reads the head at every candidate); the teacher-forced study, decoding and eval.py
+all walk the depth through one generator of scored candidates (scored_candidates).
 Teacher-forced evaluation runs every token through the full depth, so later tokens see full-depth keys/values of
 earlier ones (as in the paper, which counts FLOPs only); decoding (generate_with_exit) does it for real.
 
@@ -270,7 +273,6 @@ def scored_candidates(model, x, walk, cands, criteria, cache=None, read_all=Fals
     pick = (lambda t: t) if rows is None else (lambda t: t[rows])
     cand_set = set(cands)
     entry_h, entry_label, prev_h, prev_logp, first = x, ENTRY, pick(x), None, True
-    label = h = None
     for pos, (label, h) in enumerate(walk):
         if label.part == "prelude":
             entry_h, entry_label, prev_h = h, label, pick(h)
