@@ -20,6 +20,9 @@ ablation). Criteria (score < tau exits; tau = 0 never exits, tau = inf exits at 
   oracle   as agree, but against the final distribution's argmax (needs the full pass: an upper bound)
   optimal  tau = lambda: each token picks the exit minimising nll + lambda * depth fraction (uses the labels: the
            best any exit rule can do, the lower convex hull of perplexity vs depth saved)
+Each criterion is one record in CRITERIA (a rule's score, or a bound's exits; whether it compares with the
+previous candidate; whether it reads the head at every candidate); the teacher-forced study, decoding and eval.py
+all walk the depth through one generator of scored candidates (scored_candidates).
 Teacher-forced evaluation runs every token through the full depth, so later tokens see full-depth keys/values of
 earlier ones (as in the paper, which counts FLOPs only); decoding (generate_with_exit) does it for real.
 
@@ -49,6 +52,7 @@ import math
 import os
 import sys
 import time
+from collections import namedtuple
 from contextlib import nullcontext
 
 import numpy as np
@@ -56,11 +60,9 @@ import torch
 import torch.nn.functional as F
 
 import scaling
-from loop import is_looped, load_model, pick_device
+from loop import is_looped, last, load_model, pick_device
 from model import KVCache, Label, modulate, sample_next
 
-CRITERIA = ("entropy", "kl", "change", "agree", "oracle", "optimal")
-DECODE_CRITERIA = ("entropy", "kl", "change", "agree")  # those that need neither the final pass nor the labels
 FILLS = ("propagate", "recompute")
 TARGETS = (0.05, 0.10, 0.20, 0.30)  # FLOPs-saved levels of Lee et al.'s table
 ENTRY = Label(-1, -1, -1, False, "prelude")  # label of the embedding (the state before the first layer)
@@ -126,13 +128,13 @@ def coda_positions(labels):
 
 def readouts_before_exit(criterion, k, n_cand):
     """How many readouts a criterion evaluates for a token exiting at candidate k (k = n_cand: no exit), the
-    output's own readout included. entropy/kl/agree read every candidate they pass (kl/agree also the entry
-    state); change reads only where it stops; oracle/optimal are bounds and are charged nothing extra."""
-    if criterion == "entropy":
-        return min(k + 1, n_cand) + (k == n_cand)
-    if criterion in ("kl", "agree"):
-        return 1 + min(k + 1, n_cand) + (k == n_cand)
-    return 1
+    output's own readout included. A rule that reads heads reads every candidate it passes (one comparing with
+    the previous candidate also the entry state); one that does not reads only where it stops; bounds are charged
+    nothing extra."""
+    rule = CRITERIA[criterion]
+    if rule.bound or not rule.head:
+        return 1
+    return rule.previous + min(k + 1, n_cand) + (k == n_cand)
 
 
 def exit_costs(model, labels, cands, criterion, context):
@@ -157,7 +159,7 @@ def exit_costs(model, labels, cands, criterion, context):
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# criteria
+# exit criteria: one record each in CRITERIA; a new criterion is its score (or bound) and one entry there
 
 
 def log_probs(logits):
@@ -166,44 +168,130 @@ def log_probs(logits):
 
 def entropy(logits):
     """Shannon entropy in nats of softmax(logits) over the last dimension."""
-    logp = log_probs(logits)
+    return entropy_score(log_probs(logits), None, None, None)
+
+
+# A rule's score per token from this candidate's readout log-probabilities logp (..., V) and hidden state h (..., C)
+# and the previous candidate's (prev_logp, prev_h); logp/prev_logp are None for a rule that reads no head. The
+# token exits where score < tau.
+
+def entropy_score(logp, prev_logp, h, prev_h):
+    """H(p) = -sum_v p_v ln p_v of the candidate's distribution (Lee et al. 2026, arXiv:2605.09165, §4.3)."""
     return (-(logp.exp() * logp).sum(-1)).clamp_min(0.0)
 
 
-def exit_score(criterion, logp, prev_logp, h, prev_h):
-    """The criterion's score per token (exit when score < tau). logp/prev_logp: (..., V) log-probabilities of this
-    and the previous candidate (None when the criterion needs no head); h/prev_h: hidden states (..., C)."""
-    if criterion == "entropy":
-        return (-(logp.exp() * logp).sum(-1)).clamp_min(0.0)
-    if criterion == "kl":  # KL(p || p_prev) >= 0; the clamp keeps tau = 0 from exiting on rounding error
-        return (logp.exp() * (logp - prev_logp)).sum(-1).clamp_min(0.0)
-    if criterion == "change":
-        h, prev_h = h.float(), prev_h.float()
-        return (h - prev_h).norm(dim=-1) / h.norm(dim=-1).clamp_min(1e-12)
-    if criterion == "agree":
-        top_logp, top = logp.max(-1)
-        same = top == prev_logp.argmax(-1)
-        return torch.where(same, 1.0 - top_logp.exp(), torch.full_like(top_logp, math.inf))
-    raise ValueError(f"criterion {criterion!r} cannot be scored step by step: use one of {DECODE_CRITERIA}")
+def kl_score(logp, prev_logp, h, prev_h):
+    """KL(p || p_prev) >= 0; the clamp keeps tau = 0 from exiting on rounding error."""
+    return (logp.exp() * (logp - prev_logp)).sum(-1).clamp_min(0.0)
 
 
-def needs_head(criterion):
-    return criterion != "change"
+def change_score(logp, prev_logp, h, prev_h):
+    """||h - h_prev|| / ||h||, the relative change of the hidden state."""
+    h, prev_h = h.float(), prev_h.float()
+    return (h - prev_h).norm(dim=-1) / h.norm(dim=-1).clamp_min(1e-12)
 
 
-def readout(model, h, label, cache=None):
-    """Logits of a state of the walk. While decoding, a model with a coda runs it with the KV cache (the coda's
-    slots then hold this token's coda states until a later readout of the same token overwrites them)."""
-    if cache is not None and model.config.n_coda:
-        return model.readout(h, label, cache=cache)
-    return model.readout(h, label)
+def agree_score(logp, prev_logp, h, prev_h):
+    """1 - max_v p_v if the top-1 token is the previous candidate's, else inf."""
+    top_logp, top = logp.max(-1)
+    same = top == prev_logp.argmax(-1)
+    return torch.where(same, 1.0 - top_logp.exp(), torch.full_like(top_logp, math.inf))
+
+
+# A bound's exits from exit_records' rows (nll, top1, conf: (K+1, N), row K the full depth), the depth of each exit
+# choice (K+1,) and the grid size: (tau, exit choice per token (N,)) for each threshold.
+
+def oracle_exits(records, depth, n_tau):
+    """agree against the final distribution's argmax instead of the previous one's (needs the full pass)."""
+    top1, conf = records["top1"], records["conf"]
+    score = torch.where(top1[:-1] == top1[-1:], conf[:-1], torch.full_like(conf[:-1], math.inf))
+    return threshold_exits(score, n_tau)
+
+
+def optimal_exits(records, depth, n_tau):
+    """tau = lambda: each token picks the exit minimising nll + lambda * depth fraction (uses the labels)."""
+    nll = records["nll"].double()
+    frac = depth / depth[-1]
+    for tau in [0.0] + [float(t) for t in np.geomspace(1e-3, 1e2, n_tau - 2)] + [math.inf]:
+        if math.isfinite(tau):
+            yield tau, (nll + tau * frac[:, None]).argmin(0)
+        else:  # lambda = inf: the cheapest exit; ties go to the earliest candidate
+            yield tau, torch.zeros(nll.size(1), dtype=torch.long)
+
+
+# score: a rule's score function (above); None for a bound
+# previous: the rule compares a candidate with the previous one (the first candidate: with the state entering the
+#   loop, whose readout it pays for when it reads heads)
+# head: the rule reads out every candidate it passes (else only the one where it stops)
+# bound: a bound's exits (above): it needs the full pass or the labels, so it is studied teacher-forced only and
+#   charged no readouts
+Criterion = namedtuple("Criterion", "score previous head bound", defaults=(None, False, True, None))
+CRITERIA = dict(
+    entropy=Criterion(entropy_score),
+    kl=Criterion(kl_score, previous=True),
+    change=Criterion(change_score, previous=True, head=False),
+    agree=Criterion(agree_score, previous=True),
+    oracle=Criterion(bound=oracle_exits),
+    optimal=Criterion(bound=optimal_exits),
+)
+DECODE_CRITERIA = tuple(c for c, rule in CRITERIA.items() if rule.bound is None)  # the rules
 
 
 def check_criterion(criterion, decoding=False):
-    allowed = DECODE_CRITERIA if decoding else CRITERIA
+    allowed = DECODE_CRITERIA if decoding else tuple(CRITERIA)
     if criterion not in allowed:
+        bounds = " and ".join(c for c in CRITERIA if c not in DECODE_CRITERIA)
         raise ValueError(f"unknown exit criterion {criterion!r}: use one of {allowed}"
-                         + (" (oracle and optimal need the full pass or the labels)" if decoding else ""))
+                         + (f" ({bounds} need the full pass or the labels)" if decoding else ""))
+
+
+def readout(model, h, label, cache=None, rows=None):
+    """Logits of a state of the walk, or of the positions a (B, T) mask `rows` selects. While decoding, a model with
+    a coda runs it with the KV cache (the coda's slots then hold this token's coda states until a later readout of
+    the same token overwrites them); a coda attends over the whole sequence, so it runs on every position."""
+    if model.config.n_coda:
+        logits = model.readout(h, label, cache=cache) if cache is not None else model.readout(h, label)
+        return logits if rows is None else logits[rows]
+    return model.readout(h if rows is None else h[rows], label)
+
+
+# one walk, read out and scored at the candidates: the teacher-forced study, decoding and eval.py consume it
+Candidate = namedtuple("Candidate", "pos label h logits logp scores reads")
+
+
+def scored_candidates(model, x, walk, cands, criteria, cache=None, read_all=False, rows=None):
+    """Read out and score the candidate exits along `walk` (model.walk's iterator of (label, state) over the
+    embedded x). Yields a Candidate at each walk position in `cands`: its label and state h; logits and logp, its
+    readout and log-probabilities (None where no criterion reads the head, unless read_all); scores {criterion:
+    score per token} for the rules `criteria`; reads, the readouts made for it (the first one's may include the
+    state entering the loop). Then, if the walk runs to its end, the full depth (scores and logits None: the
+    caller reads it out). rows: a (B, T) mask, the positions read out and scored (default: all). A caller that
+    stops early closes this generator and then finishes or closes the walk itself."""
+    rules = {c: CRITERIA[c] for c in criteria}
+    read_head = read_all or any(r.head for r in rules.values())
+    read_entry = any(r.previous and r.head for r in rules.values())
+    pick = (lambda t: t) if rows is None else (lambda t: t[rows])
+    cand_set = set(cands)
+    entry_h, entry_label, prev_h, prev_logp, first = x, ENTRY, pick(x), None, True
+    for pos, (label, h) in enumerate(walk):
+        if label.part == "prelude":
+            entry_h, entry_label, prev_h = h, label, pick(h)
+        if pos not in cand_set:
+            continue
+        reads, logits, logp = 0, None, None
+        if first and read_entry:  # the first candidate is compared with the state entering the loop
+            prev_logp = log_probs(readout(model, entry_h, entry_label, cache, rows))
+            reads += 1
+        first = False
+        if read_head:
+            logits = readout(model, h, label, cache, rows)
+            logp = log_probs(logits)
+            reads += 1
+        hs = pick(h)
+        scores = {c: r.score(logp, prev_logp, hs, prev_h) for c, r in rules.items()}
+        yield Candidate(pos, label, h, logits, logp, scores, reads)
+        prev_h, prev_logp = hs, logp
+    yield Candidate(pos, label, h, None, None, None, 0)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -212,42 +300,22 @@ def check_criterion(criterion, decoding=False):
 
 @torch.no_grad()
 def exit_records(model, x, y, cands, criteria):
-    """One full forward pass over x (B, T) with targets y. Returns nll (K+1, B*T) (row K = full depth) and the
-    scores {criterion: (K, B*T)} of the candidate exits; oracle and optimal are derived in sweep()."""
-    B, T = x.shape
+    """One full forward pass over x (B, T) with targets y. Returns, at each candidate exit and the full depth
+    (K+1 rows, row K = full depth), per token: nll, top1 (the argmax) and conf (1 - its probability), and the
+    scores {rule: (K, B*T)} of the rules among `criteria` (the bounds derive theirs in sweep())."""
     h = model.embed(x)
-    rope = model.rope(0, T)
-    entry_h, entry_label = h, ENTRY
-    cand_set = set(cands)
-    wanted = [c for c in criteria if c in DECODE_CRITERIA]
-    nll, top1, conf, scores = [], [], [], {c: [] for c in wanted}
-    prev_h, prev_logp = None, None
-    walk = list(model.walk(h, rope))
-    for pos, (label, h) in enumerate(walk):
-        if label.part == "prelude":
-            entry_h, entry_label = h, label
-        if pos not in cand_set and pos != len(walk) - 1:
-            continue
-        if prev_h is None:  # the first candidate is compared with the state entering the loop
-            prev_h = entry_h
-            if any(needs_head(c) and c != "entropy" for c in wanted):
-                prev_logp = log_probs(model.readout(entry_h, entry_label))
-        logp = log_probs(model.readout(h, label))  # (B, T, V)
+    rules = [c for c in criteria if CRITERIA[c].bound is None]
+    nll, top1, conf, scores = [], [], [], {c: [] for c in rules}
+    for cand in scored_candidates(model, h, model.walk(h, model.rope(0, x.size(1))), cands, rules, read_all=True):
+        logp = cand.logp if cand.logp is not None else log_probs(readout(model, cand.h, cand.label))  # (B, T, V)
         nll.append(-logp.gather(-1, y.unsqueeze(-1)).squeeze(-1).flatten())
         top_logp, top = logp.max(-1)
         top1.append(top.flatten())
         conf.append(1.0 - top_logp.exp().flatten())
-        if pos != len(walk) - 1:
-            for c in wanted:
-                scores[c].append(exit_score(c, logp, prev_logp, h, prev_h).flatten())
-        prev_h, prev_logp = h, logp
-    out = dict(nll=torch.stack(nll).cpu(), scores={c: torch.stack(v).cpu() if v else None for c, v in scores.items()})
-    if "oracle" in criteria:  # confidence gated agreement with the final argmax
-        top1 = torch.stack(top1)
-        conf = torch.stack(conf)
-        out["scores"]["oracle"] = torch.where(top1[:-1] == top1[-1:], conf[:-1],
-                                              torch.full_like(conf[:-1], math.inf)).cpu()
-    return out
+        for c, s in (cand.scores or {}).items():
+            scores[c].append(s.flatten())
+    return dict(nll=torch.stack(nll).cpu(), top1=torch.stack(top1).cpu(), conf=torch.stack(conf).cpu(),
+                scores={c: torch.stack(v).cpu() if v else None for c, v in scores.items()})
 
 
 def collect(model, batches, cands, criteria, progress=True):
@@ -265,7 +333,7 @@ def collect(model, batches, cands, criteria, progress=True):
         raise ValueError("no validation batches: check data_dir, eval_tokens and block_size")
     scores = {c: torch.cat([p["scores"][c] for p in parts], 1) for c in parts[0]["scores"]
               if parts[0]["scores"][c] is not None}
-    return dict(nll=torch.cat([p["nll"] for p in parts], 1), scores=scores)
+    return dict(scores=scores, **{key: torch.cat([p[key] for p in parts], 1) for key in ("nll", "top1", "conf")})
 
 
 def exit_choice(score, tau):
@@ -273,6 +341,11 @@ def exit_choice(score, tau):
     K, N = score.shape
     ok = torch.cat([score < tau, torch.ones(1, N, dtype=torch.bool)])
     return ok.to(torch.uint8).argmax(0)  # argmax returns the first maximal index
+
+
+def threshold_exits(score, n_tau):
+    """A rule's exits: for each threshold of the grid, per token the first candidate with score < tau."""
+    return ((tau, exit_choice(score, tau)) for tau in tau_grid(score, n_tau))
 
 
 def tau_grid(score, n_tau):
@@ -291,18 +364,10 @@ def sweep(records, criterion, depth, flops, full_flops, n_tau=64):
     K, N = nll.size(0) - 1, nll.size(1)
     depth_t = torch.tensor(depth, dtype=torch.float64)
     flops_t = torch.tensor(flops, dtype=torch.float64)
-    if criterion == "optimal":
-        frac = depth_t / depth_t[-1]
-        taus = [0.0] + [float(t) for t in np.geomspace(1e-3, 1e2, n_tau - 2)] + [math.inf]
-    else:
-        score = records["scores"][criterion]
-        taus = tau_grid(score, n_tau)
+    bound = CRITERIA[criterion].bound
+    exits = bound(records, depth_t, n_tau) if bound else threshold_exits(records["scores"][criterion], n_tau)
     points = []
-    for tau in taus:
-        if criterion == "optimal":  # lambda = inf: the cheapest exit; ties go to the earliest candidate
-            k = (nll + tau * frac[:, None]).argmin(0) if math.isfinite(tau) else torch.zeros(N, dtype=torch.long)
-        else:
-            k = exit_choice(score, tau)
+    for tau, k in exits:
         chosen = nll.gather(0, k[None].long())[0]
         points.append(dict(tau=tau, ppl=math.exp(chosen.mean().item()),
                            saved_depth=1.0 - depth_t[k.long()].mean().item() / depth_t[-1].item(),
@@ -396,40 +461,30 @@ def decode_step(model, tok, cache, labels, cands, criterion, tau, fill):
     pos = cache.pos
     x = model.embed(tok, pos)
     rope = model.rope(pos, 1)
-    cand_set = set(cands) if criterion else set()
-    prev_h, prev_logp, entry_label = x, None, ENTRY
-    exit_pos, exit_logits, n_read, n_early_read, scores = None, None, 0, 0, []
-    last = len(labels) - 1
     walk = model.walk(x, rope, cache, {})
-    for p, (label, h) in enumerate(walk):
-        if label.part == "prelude":
-            prev_h, entry_label = h, label
-        if p not in cand_set or exit_pos is not None:
-            if p == last and exit_pos is None:
-                exit_logits = readout(model, h, label, cache)
-                n_read += 1
-            continue
-        logits = logp = None
-        if needs_head(criterion):
-            if prev_logp is None and criterion != "entropy":
-                prev_logp = log_probs(readout(model, prev_h, entry_label, cache))
-                n_early_read += 1
-            logits = readout(model, h, label, cache)
-            logp = log_probs(logits)
-            n_early_read += 1
-        score = exit_score(criterion, logp, prev_logp, h, prev_h)  # (B, 1)
+    rules = [criterion] if criterion else []
+    candidates = scored_candidates(model, x, walk, cands if criterion else [], rules, cache)
+    exit_pos, n_read, n_early_read, scores = None, 0, 0, []
+    for cand in candidates:
+        if cand.scores is None:  # the full depth
+            exit_logits, n_read = readout(model, cand.h, cand.label, cache), 1
+            break
+        n_early_read += cand.reads
+        score = cand.scores[criterion]  # (B, 1)
         scores.append(score.flatten().tolist())
         if bool((score < tau).all()):
-            exit_pos = p
-            if logits is None:
-                logits = readout(model, h, label, cache)
+            exit_pos, exit_logits = cand.pos, cand.logits
+            if exit_logits is None:
+                exit_logits = readout(model, cand.h, cand.label, cache)
                 n_early_read += 1
-            exit_logits = logits
+            candidates.close()
             if fill == "propagate":
                 walk.close()  # stop the depth here
-                propagate_fill(model, [lab for lab in labels[p + 1:] if lab.part != "coda"], h, rope, cache)
-                break
-        prev_h, prev_logp = h, logp
+                propagate_fill(model, [lab for lab in labels[cand.pos + 1:] if lab.part != "coda"], cand.h, rope,
+                               cache)
+            else:
+                last(walk)  # recompute: the rest of the depth runs all the same
+            break
     cache.pos += 1
     exited = exit_pos is not None
     steps_run = len(labels) if (not exited or fill == "recompute") else exit_pos + 1

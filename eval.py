@@ -109,7 +109,7 @@ import torch
 
 import early_exit
 from configurator import ConfigError
-from early_exit import ENTRY, coda_positions, exit_score, log_probs, needs_head, readouts_before_exit
+from early_exit import coda_positions, log_probs, readouts_before_exit
 from loop import is_looped, last, load_model, pick_device
 from model import KVCache
 
@@ -632,12 +632,6 @@ class Scorer:
         return out
 
     # ---- one forward ----
-    def readout_at(self, h, label, cache, scored):
-        """Logits of the scored positions of a state of the walk (a coda attends over the whole sequence)."""
-        if self.model.config.n_coda:
-            return early_exit.readout(self.model, h, label, cache)[scored]
-        return self.model.readout(h[scored], label)
-
     def run(self, inp, tgt, lengths, cache=None):
         """inp (B, T) token ids, tgt (B, T) the next tokens or -1 where not scored, lengths (B,) real tokens per row.
         Returns (log-prob of each scored target, greedy?) in row-major order and counts the FLOPs."""
@@ -676,43 +670,38 @@ class Scorer:
     def walk_with_exits(self, walk, x, scored, y, k_exit, cache):
         """Consume the depth walk letting scored positions exit (module docstring). Returns the last (label, state)
         and, for the recompute fill, the exit readouts' (log-prob, greedy)."""
-        s = self.setting
+        s, model = self.setting, self.model
         cand_at = {p: k for k, p in enumerate(self.cands)}
         N = y.numel()
         exited = torch.zeros(N, dtype=torch.bool)
         early = (torch.zeros(N), torch.zeros(N, dtype=torch.bool)) if s.fill == "recompute" else None
         frozen, frozen_mask = None, torch.zeros_like(scored)
-        entry_h, entry_label = x, ENTRY
-        prev_h, prev_logp = x[scored], None
-        label = h = None
-        for p, (label, h) in enumerate(walk):
-            if label.part == "prelude":
-                entry_h, entry_label, prev_h = h, label, h[scored]
-            if frozen is not None and label.part == "loop":  # exited tokens keep their state: later layers' KV
-                h.copy_(torch.where(frozen_mask[..., None], frozen, h))  # slots are filled from it (propagate)
-            if p not in cand_at:
-                continue
-            logp = None
-            if needs_head(s.criterion):
-                if prev_logp is None and s.criterion in ("kl", "agree"):  # the first candidate vs the entry state
-                    prev_logp = log_probs(self.readout_at(entry_h, entry_label, cache, scored))
-                logp = log_probs(self.readout_at(h, label, cache, scored))
-            hs = h[scored]
-            new = (exit_score(s.criterion, logp, prev_logp, hs, prev_h) < s.tau) & ~exited
+
+        def freezing(walk):  # exited tokens keep their state: later layers' KV slots are filled from it (propagate)
+            for label, h in walk:
+                if frozen is not None and label.part == "loop":
+                    h.copy_(torch.where(frozen_mask[..., None], frozen, h))
+                yield label, h
+
+        for cand in early_exit.scored_candidates(model, x, freezing(walk), self.cands, [s.criterion], cache,
+                                                 rows=scored):
+            if cand.scores is None:  # the full depth
+                return cand.label, cand.h, early
+            new = (cand.scores[s.criterion] < s.tau) & ~exited
             if bool(new.any()):
-                k_exit[new] = cand_at[p]
+                k_exit[new] = cand_at[cand.pos]
                 exited |= new
                 if early is not None:
-                    lp = logp if logp is not None else log_probs(self.readout_at(h, label, cache, scored))
+                    lp = cand.logp
+                    if lp is None:
+                        lp = log_probs(early_exit.readout(model, cand.h, cand.label, cache, scored))
                     early[0][new] = lp[new].gather(1, y[new][:, None])[:, 0].float()
                     early[1][new] = lp[new].argmax(-1) == y[new]
                 else:
                     mask = torch.zeros_like(scored)
                     mask[scored] = new
-                    frozen = torch.where(mask[..., None], h, h if frozen is None else frozen)
+                    frozen = torch.where(mask[..., None], cand.h, cand.h if frozen is None else frozen)
                     frozen_mask |= mask
-            prev_h, prev_logp = hs, logp
-        return label, h, early
 
     # ---- requests ----
     def window(self, ctx, cont):

@@ -69,12 +69,12 @@ def test_scores_of_hand_made_states():
     logp = torch.tensor([[0.7, 0.2, 0.1]]).log()
     prev = torch.tensor([[0.2, 0.7, 0.1]]).log()
     kl = 0.7 * math.log(0.7 / 0.2) + 0.2 * math.log(0.2 / 0.7)
-    assert ee.exit_score("kl", logp, prev, None, None).item() == pytest.approx(kl, abs=1e-6)
-    assert ee.exit_score("kl", logp, logp, None, None).item() == 0.0
-    assert ee.exit_score("agree", logp, prev, None, None).item() == math.inf  # top-1 changed
-    assert ee.exit_score("agree", logp, logp, None, None).item() == pytest.approx(0.3, abs=1e-6)
+    assert ee.CRITERIA["kl"].score(logp, prev, None, None).item() == pytest.approx(kl, abs=1e-6)
+    assert ee.CRITERIA["kl"].score(logp, logp, None, None).item() == 0.0
+    assert ee.CRITERIA["agree"].score(logp, prev, None, None).item() == math.inf  # top-1 changed
+    assert ee.CRITERIA["agree"].score(logp, logp, None, None).item() == pytest.approx(0.3, abs=1e-6)
     h, h0 = torch.tensor([[3.0, 4.0]]), torch.tensor([[3.0, 1.0]])
-    assert ee.exit_score("change", None, None, h, h0).item() == pytest.approx(3.0 / 5.0)
+    assert ee.CRITERIA["change"].score(None, None, h, h0).item() == pytest.approx(3.0 / 5.0)
     with pytest.raises(ValueError, match="oracle"):
         ee.check_criterion("oracle", decoding=True)
 
@@ -271,7 +271,7 @@ def reference_decode(model, prompt, n, criterion, tau, fill, every_layer=False):
             if p in cands:
                 logits = model.readout(h, label)
                 logp = ee.log_probs(logits)
-                score = ee.exit_score(criterion, logp, prev_logp, h, prev_h)  # (B, T)
+                score = ee.CRITERIA[criterion].score(logp, prev_logp, h, prev_h)  # (B, T)
                 ok = (score < tau).all(0) & ~frozen & (torch.arange(T) >= P)
                 h_exit[:, ok], exit_logits[:, ok], exit_at[ok] = h[:, ok], logits[:, ok], label.index
                 frozen |= ok
