@@ -61,7 +61,7 @@ import torch.nn.functional as F
 
 import scaling
 from loop import is_looped, last, load_model, pick_device
-from model import KVCache, Label, modulate, sample_next
+from model import KVCache, Label, sample_next
 
 FILLS = ("propagate", "recompute")
 TARGETS = (0.05, 0.10, 0.20, 0.30)  # FLOPs-saved levels of Lee et al.'s table
@@ -427,31 +427,22 @@ def evaluate_exits(model, batches, criteria=("entropy",), every_layer=False, n_t
 # decoding with early exit
 
 
-def attention_input(model, label, h, pass_embeddings):
-    """What step `label`'s attention reads of state h: its pre-attention norm, modulated as that pass of a
-    conditioned loop is (TMLT / LoopFormer / IterAdaLN, loop.py), exactly as Block.forward does.
-    pass_embeddings: {loop index: conditioning vector}, filled on first use."""
-    block = model.blocks[label.layer]
-    a = block.norm_attn(h)
-    modulator = getattr(block, "modulator", None)
-    if modulator is not None and label.part == "loop":
-        if label.loop not in pass_embeddings:
-            steps = model.resolve_schedule()
-            pass_embeddings[label.loop] = model.loop_embedding(label.loop, sum(steps[:label.loop]), steps[label.loop])
-        c = pass_embeddings[label.loop]
-        if c is not None:
-            scale, shift, _ = modulator.attn(h, c)
-            a = modulate(a, scale, shift)
-    return a
-
-
 def propagate_fill(model, labels, h, rope, cache):
     """Write the cache entries (K/V, or MLA's latent) of the exited state h (B, 1, C) into the slots of the skipped
-    steps `labels` (CALM-style)."""
-    pass_embeddings = {}
+    steps `labels` (CALM-style): what each step's attention would read of h (Block.attention_input), modulated as
+    that pass of a conditioned loop is (TMLT / LoopFormer / IterAdaLN, loop.py)."""
+    pass_embeddings = {}  # {loop index: conditioning vector}, filled on first use
     for label in labels:
         block = model.blocks[label.layer]
-        cache.update(label.index, *block.attn.cache_entry(attention_input(model, label, h, pass_embeddings), rope))
+        cond = None
+        if getattr(block, "modulator", None) is not None and label.part == "loop":
+            if label.loop not in pass_embeddings:
+                steps = model.resolve_schedule()
+                pass_embeddings[label.loop] = model.loop_embedding(label.loop, sum(steps[:label.loop]),
+                                                                   steps[label.loop])
+            cond = model.block_cond(label.layer, pass_embeddings[label.loop])
+        a, _ = block.attention_input(h, cond)
+        cache.update(label.index, *block.attn.cache_entry(a, rope))
 
 
 @torch.no_grad()

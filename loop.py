@@ -501,11 +501,15 @@ class LoopedGPT(GPT):
             return self.loop_embed(loop + 1)
         return self.loop_embed(t) + self.step_embed(dt)
 
+    def block_cond(self, i, c):
+        """What block i receives as `cond` in a pass conditioned by the vector c (None: an unconditioned step)."""
+        return LoopCond(self.blocks[i].modulator, c) if c is not None else None
+
     def run_block(self, i, x, rope, cache, slot, loop, c, aux):
         block = self.blocks[i]
         if hasattr(block.ffn, "loop"):  # moe.py records (layer, loop) of each routing decision
             block.ffn.loop = loop
-        cond = LoopCond(block.modulator, c) if c is not None else None
+        cond = self.block_cond(i, c)
         res_scale = self.res_scales[i] if self.res_scales is not None else 1.0
         x, block_aux = block(x, rope, cache, slot, cond, res_scale)
         add_aux(aux, block_aux)

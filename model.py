@@ -506,10 +506,14 @@ class Block(nn.Module):
         else:
             self.post_attn = self.post_ffn = None
 
-    def forward(self, x, rope, cache=None, slot=0, cond=None, res_scale=1.0):
-        h = self.norm_attn(x)
+    def attention_input(self, x, cond=None):
+        """(what the attention reads of the stream x, the gate of its branch): the pre-norm modulated by cond.
+        forward uses it, and so does early exit's cache fill (early_exit.propagate_fill)."""
         scale, shift, gate = cond.attn(x) if cond is not None else (None, None, None)
-        h = modulate(h, scale, shift)
+        return modulate(self.norm_attn(x), scale, shift), gate
+
+    def forward(self, x, rope, cache=None, slot=0, cond=None, res_scale=1.0):
+        h, gate = self.attention_input(x, cond)
         a = self.attn(h, rope, cache, slot)
         if self.post_attn is not None:
             a = self.post_attn(a)
