@@ -556,37 +556,38 @@ class LoopedGPT(GPT):
             index += 1
             t += dt
 
-        x = h
-        for j in range(cfg.n_coda):
-            i = P + K + j
-            x = self.run_block(i, x, rope, cache, index, 0, None, aux)
-            yield Label(index, i, 0, False, "coda"), x
+        yield from self.coda(h, rope, cache, aux, index)
+
+    def coda(self, x, rope, cache, aux, index, first=0):
+        """Run the coda on x from its module `first` (counted within the coda) on, yielding (Label, state) after
+        each; index: the effective-layer index (and KV-cache slot) of that first module. The walk ends with it, and
+        final_state runs it on an early exit."""
+        start = self.config.n_prelude + self.config.n_layer
+        for j in range(first, self.config.n_coda):
+            x = self.run_block(start + j, x, rope, cache, index, 0, None, aux)
+            yield Label(index, start + j, 0, False, "coda"), x
             index += 1
 
-    def run_coda(self, h, label, cache=None):
-        """The state the final norm reads, from a state anywhere in the walk. An early exit before the coda runs
-        the coda on it (its KV-cache slots are the last ones, written by every token); a state in the middle of a
-        pass first gets the end-of-pass norm. label None means h is already final."""
+    def final_state(self, h, label, cache=None):
+        """The state the final norm reads, from a state anywhere in the walk. An early exit before the end of the
+        coda runs the rest of the coda on it (its KV-cache slots are the last ones, written by every token); a state
+        in the middle of a pass first gets the end-of-pass norm. label None means h is already final."""
         cfg = self.config
         if label is not None and label.part == "loop" and not label.boundary and self.norm_loop is not None:
             h = self.norm_loop(h)
-        if label is None or not cfg.n_coda:
+        if label is None:
             return h
-        first = label.layer + 1 if label.part == "coda" else cfg.n_prelude + cfg.n_layer
-        if first >= len(self.blocks):
+        first = label.layer + 1 - (cfg.n_prelude + cfg.n_layer) if label.part == "coda" else 0
+        if first >= cfg.n_coda:
             return h
         pos = cache.pos if cache is not None else 0
-        rope = self.rope(pos, h.size(1))
-        slot = self.n_slots() - (len(self.blocks) - first)
-        for i in range(first, len(self.blocks)):
-            h = self.run_block(i, h, rope, cache, slot, 0, None, {})
-            slot += 1
-        return h
+        slot = self.n_slots() - (cfg.n_coda - first)
+        return last(self.coda(h, self.rope(pos, h.size(1)), cache, {}, slot, first))[1]
 
     def readout(self, h, label=None, cache=None):
-        """Logits of a state from the walk: the coda first when h was not produced by it (early exit), then the
-        final norm and the head."""
-        return super().readout(self.run_coda(h, label, cache), label)
+        """Logits of a state from the walk: the rest of the coda first when h was not produced by its end (early
+        exit), then the final norm and the head."""
+        return super().readout(self.final_state(h, label, cache), label)
 
     # ---- training objectives for elastic depth (Jeddi et al. 2026, arXiv:2602.11451) ----
     def forward(self, idx, targets=None, cache=None):
@@ -619,7 +620,7 @@ class LoopedGPT(GPT):
             for label, h in self.walk(x, rope, None, aux):
                 if label.boundary and label.loop == S - 1:
                     label_s, h_s = label, h
-        final, final_s = self.run_coda(h, label), self.run_coda(h_s, label_s)
+        final, final_s = self.final_state(h, label), self.final_state(h_s, label_s)
         logits, logits_s = super().readout(final, label), super().readout(final_s, label_s)
         loss = self.loss(logits, targets)
         aux["shortcut_ce"] = cfg.shortcut_weight * self.loss(logits_s, targets)
