@@ -811,6 +811,13 @@ def write_json(path, obj):
         json.dump(clean(obj), f, indent=1)
 
 
+def output_prefix(cfg, runs, name):
+    """out_dir/name (out_dir made if missing; default: the first run's directory)."""
+    first = runs[0][1] if os.path.isdir(runs[0][1]) else os.path.dirname(runs[0][1])
+    os.makedirs(cfg["out_dir"] or first, exist_ok=True)
+    return os.path.join(cfg["out_dir"] or first, name)
+
+
 def main(argv=None):
     from configurator import configure
     # the command-line keys are the lower-case simple globals above (constants are upper case)
@@ -826,9 +833,7 @@ def main(argv=None):
     torch.manual_seed(1337)
     runs = load_runs(cfg)
     data, T = validation(cfg, runs)
-    first = runs[0][1] if os.path.isdir(runs[0][1]) else os.path.dirname(runs[0][1])
-    os.makedirs(cfg["out_dir"] or first, exist_ok=True)
-    prefix = os.path.join(cfg["out_dir"] or first, f"early_exit_{cfg['mode']}")
+    prefix = output_prefix(cfg, runs, f"early_exit_{cfg['mode']}")
     batches = list(data.val_batches(cfg["batch_size"], T, cfg["eval_tokens"]))
     results = {}
     with autocast(cfg):

@@ -1262,7 +1262,7 @@ def main(argv=None):
         download(dict.fromkeys(name for name, *_ in plan), cfg["data_dir"])
         return None
     runs = early_exit.load_runs(cfg)
-    prefix = output_prefix(cfg, runs, "bench" if cfg["bench"] else "eval")
+    prefix = early_exit.output_prefix(cfg, runs, "bench" if cfg["bench"] else "eval")
     auto = lambda: early_exit.autocast(cfg)  # noqa: E731
     if cfg["bench"]:
         return main_bench(cfg, runs, prefix, auto)
@@ -1326,17 +1326,10 @@ def main_bench(cfg, runs, prefix, auto):
     return out
 
 
-def output_prefix(cfg, runs, name):
-    """out_dir/name (out_dir made if missing; default: the first run's directory)."""
-    first = runs[0][1] if os.path.isdir(runs[0][1]) else os.path.dirname(runs[0][1])
-    os.makedirs(cfg["out_dir"] or first, exist_ok=True)
-    return os.path.join(cfg["out_dir"] or first, name)
-
-
 def main_harness(cfg):
     from lm_eval.tasks import TaskManager
     runs = early_exit.load_runs(cfg)
-    prefix = output_prefix(cfg, runs, "eval_harness")
+    prefix = early_exit.output_prefix(cfg, runs, "eval_harness")
     tm = TaskManager(include_path=cfg["include_path"] or None, include_defaults=cfg["harness_defaults"])
     wanted = harness_tasks(cfg["tasks"])
     results = {}

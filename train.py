@@ -18,7 +18,6 @@ import json
 import math
 import os
 import re
-import sys
 import time
 from collections import namedtuple
 from contextlib import nullcontext

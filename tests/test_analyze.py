@@ -12,7 +12,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import analyze  # noqa: E402
 from configurator import ConfigError  # noqa: E402
-from model import GPT, GPTConfig  # noqa: E402
+from model import GPTConfig  # noqa: E402
 
 # -----------------------------------------------------------------------------
 # metrics on known answers
