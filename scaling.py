@@ -23,6 +23,7 @@ reads out twice), and a `between` module (loop.py) whose extra_macs() are multip
 unit counts (hyper-connection lane mixing). Both methods may take `training` (False: one inference forward pass).
 """
 import dataclasses
+import glob
 import inspect
 import itertools
 import json
@@ -453,6 +454,8 @@ def rebalance(config, target_rho, unique_experts, target_params=None, target_flo
 #   lr_for(tokens, model_config, train_config)   optional: the LR of a run from its planned tokens (HyperP)
 #   points()        optional, instead of the grid keys: dicts with name, arch, configs, overrides, flops_budget,
 #                   fields (extra columns for results.jsonl)
+#   record          optional: a committed directory (records/<paper>) that also gets each finished row, without the
+#                   config, in <record>/<name>.jsonl: the course's results, from which `scaling.py figures` redraws
 
 ROW_FIELDS = ("arch", "n_embd", "n_layer", "n_loop", "lr", "flops_budget", "seed")
 
@@ -622,7 +625,11 @@ def run_sweep(spec, dry_run=False, only="", retry_failed=False, limit=0, paralle
     root = os.path.dirname(os.path.abspath(__file__))
     out = sweep_dir(spec)
     results = os.path.join(out, "results.jsonl")
-    planned = [q for q in plan(spec) if only in q["point"].name]
+    record = os.path.join(spec["record"], spec["name"] + ".jsonl") if spec.get("record") else ""
+    import re
+    planned = [q for q in plan(spec) if re.search(only, q["point"].name)]
+    if not planned:
+        raise SystemExit(f"no point of sweep {spec['name']} matches --only={only!r}; `--dry_run` lists the names")
     done = done_points(results, retry_failed)
     rows = read_results(results) if os.path.exists(results) else []
     measured = [r["tokens"] * r["flops_per_token_schwethelm"] / r["process_s"] for r in rows
@@ -634,6 +641,8 @@ def run_sweep(spec, dry_run=False, only="", retry_failed=False, limit=0, paralle
     if dry_run or not todo:
         return planned
     os.makedirs(out, exist_ok=True)
+    if record:
+        os.makedirs(os.path.dirname(record), exist_ok=True)
     revision = git_revision(root)
     runner = list(spec.get("runner", [sys.executable, "train.py"]))
     slots = max(1, parallel or spec.get("parallel", 1))
@@ -671,6 +680,9 @@ def run_sweep(spec, dry_run=False, only="", retry_failed=False, limit=0, paralle
                    process_s=time.time() - started if rc is not None else None)  # train.py's start-up included
         with open(results, "a") as f:
             f.write(json.dumps(row) + "\n")
+        if record and row["point"] not in done_points(record):  # the committed copy, without the full config
+            with open(record, "a") as f:  # (git_rev and command reproduce it)
+                f.write(json.dumps({k: v for k, v in row.items() if k != "config"}) + "\n")
         finished += 1
         left = len(todo) - finished
         eta = (time.time() - t_start) / finished * left
@@ -701,7 +713,7 @@ def run_sweep(spec, dry_run=False, only="", retry_failed=False, limit=0, paralle
 
 SWEEP_KEYS = dict(
     dry_run=False,  # print the plan (points, FLOPs, estimated time) and stop
-    only="",  # run only the points whose name contains this
+    only="",  # run only the points whose name matches this regular expression (a plain substring works)
     retry_failed=False,  # run points whose earlier run failed again
     limit=0,  # run at most this many points now (0 = all)
     parallel=0,  # runs at once (0 = the spec's `parallel`, default 1)
@@ -1264,9 +1276,21 @@ def loss_at(lr, loss, at):
     return float(np.interp(np.log(at), np.log(lr), loss))
 
 
+def seed_means(lr, loss, seeds):
+    """The distinct LRs, the mean loss over training seeds at each, its standard deviation over seeds (nan with
+    one seed), and each seed's own (lr, loss) curve."""
+    grid = np.unique(lr)
+    mean = np.array([loss[lr == x].mean() for x in grid])
+    sd = np.array([loss[lr == x].std(ddof=1) if (lr == x).sum() > 1 else np.nan for x in grid])
+    curves = {int(s): (lr[seeds == s], loss[seeds == s]) for s in np.unique(seeds)}
+    return grid, mean, sd, curves
+
+
 def fit_lr(rows, group=("n_embd",), panel="arch", reference=None, max_loss=float("inf")):
-    """Per panel (e.g. residual scaling rule) and group (width, loop count, depth): the optimum LR; the regret
-    (loss above the group's optimum) of the reference group's optimal LR transferred to every group."""
+    """Per panel (e.g. residual scaling rule) and group (width, loop count, depth): the optimum LR of the loss
+    averaged over training seeds, each seed's own optimum, and the shift log2(optimum / the reference group's) with
+    its spread over seeds; the regret (loss above the group's optimum) of the reference group's optimal LR
+    transferred to every group."""
     result = {}
     for p, prow in group_by(rows, panel).items():
         groups = {}
@@ -1274,10 +1298,15 @@ def fit_lr(rows, group=("n_embd",), panel="arch", reference=None, max_loss=float
             grow = [r for r in grow if math.isfinite(field(r, "val_loss")) and field(r, "val_loss") <= max_loss]
             if len(grow) < 2:
                 continue
-            lr, loss = column(grow, "lr"), column(grow, "val_loss")
-            best_lr, best_loss, edge = lr_optimum(lr, loss)
-            groups[str(g)] = dict(group=g, lr=lr.tolist(), loss=loss.tolist(), lr_opt=best_lr, loss_opt=best_loss,
-                                  at_edge=edge, grid_best_lr=float(lr[np.argmin(loss)]))
+            lr, mean_loss, sd, curves = seed_means(column(grow, "lr"), column(grow, "val_loss"),
+                                               np.array([field(r, "seed", 0) for r in grow]))
+            best_lr, best_loss, edge = lr_optimum(lr, mean_loss)
+            per_seed = {s: lr_optimum(*c)[0] for s, c in curves.items() if len(c[0]) >= 2}
+            groups[str(g)] = dict(group=g, lr=lr.tolist(), loss=mean_loss.tolist(), lr_opt=best_lr,
+                                  loss_opt=best_loss, at_edge=edge, grid_best_lr=float(lr[np.argmin(mean_loss)]),
+                                  seeds=sorted(curves), lr_opt_per_seed={str(k): v for k, v in per_seed.items()},
+                                  seed_sd=sd.tolist(), seed_sd_mean=float(np.nanmean(sd)) if np.isfinite(sd).any()
+                                  else None)
         if not groups:
             continue
         ref = str(reference) if reference is not None and str(reference) in groups else next(iter(groups))
@@ -1286,12 +1315,18 @@ def fit_lr(rows, group=("n_embd",), panel="arch", reference=None, max_loss=float
             lr, loss = np.array(g["lr"]), np.array(g["loss"])
             g["regret"] = loss_at(lr, loss, ref_lr) - g["loss_opt"]
             g["regret_rel"] = g["regret"] / g["loss_opt"]
+            g["shift_log2"] = math.log2(g["lr_opt"] / ref_lr)
+            # the same shift seed by seed (each seed's optimum against the reference's optimum of that seed)
+            ref_seeds = groups[ref]["lr_opt_per_seed"]
+            g["shift_log2_per_seed"] = {s: math.log2(v / ref_seeds[s]) for s, v in g["lr_opt_per_seed"].items()
+                                        if s in ref_seeds}
             # without interpolation: the run at the reference's best grid LR against this group's best run
             same = np.isclose(lr, groups[ref]["grid_best_lr"])
             g["regret_grid"] = float(loss[same].min() - loss.min()) if same.any() else None
         result[str(p)] = dict(reference=ref, transferred_lr=ref_lr, groups=groups,
                               max_regret=max(g["regret"] for g in groups.values()),
-                              max_regret_rel=max(g["regret_rel"] for g in groups.values()))
+                              max_regret_rel=max(g["regret_rel"] for g in groups.values()),
+                              max_abs_shift_log2=max(abs(g["shift_log2"]) for g in groups.values()))
     return result
 
 
@@ -1482,14 +1517,12 @@ def select_rows(rows, cfg):
     return keep
 
 
-def main_fit(argv):
+def fit_results(path, argv):
+    """Fit one results file with `fit`'s --key=value arguments: (result, the files written)."""
     from configurator import configure
-    paths = [a for a in argv if not a.startswith("--") and a.endswith(".jsonl")]
-    if len(paths) != 1:
-        raise SystemExit("usage: python scaling.py fit results.jsonl --law=isoflop|chinchilla|joint|lr [--key=value]")
-    cfg, _ = configure(FIT_KEYS, None, [a for a in argv if a not in paths], doc_source=__file__)
-    rows = select_rows(read_results(paths[0]), cfg)
-    out = cfg["out"] or os.path.join(os.path.dirname(os.path.abspath(paths[0])), f"fit_{cfg['law']}")
+    cfg, _ = configure(FIT_KEYS, None, list(argv), doc_source=__file__)
+    rows = select_rows(read_results(path), cfg)
+    out = cfg["out"] or os.path.join(os.path.dirname(os.path.abspath(path)), f"fit_{cfg['law']}")
     law = cfg["law"]
     if law == "isoflop":
         result = fit_isoflop(rows, cfg["n_key"] or "params_active", cfg["bootstrap"], cfg["seed"])
@@ -1505,9 +1538,41 @@ def main_fit(argv):
         files = plot_lr(result, out)
     else:
         raise SystemExit(f"unknown --law={law!r}: use isoflop | chinchilla | joint | lr")
+    return result, files
+
+
+def main_fit(argv):
+    paths = [a for a in argv if not a.startswith("--") and a.endswith(".jsonl")]
+    if len(paths) != 1:
+        raise SystemExit("usage: python scaling.py fit results.jsonl --law=isoflop|chinchilla|joint|lr [--key=value]")
+    result, files = fit_results(paths[0], [a for a in argv if a not in paths])
     print(json.dumps(_summary(result), indent=1, default=float))
     print(f"wrote {', '.join(files)}", file=sys.stderr)
     return result
+
+
+def main_figures(argv):
+    """Redraw every figure of the course records from their committed rows, without training: each
+    records/<paper>/<sweep>.jsonl is fitted as its spec config/sweeps/<sweep>.py's `figures` say
+    ({figure name: fit arguments}), writing records/<paper>/<sweep>_<figure name>.png and .json."""
+    roots = [a for a in argv if not a.startswith("--")] or ["records"]
+    root_dir = os.path.dirname(os.path.abspath(__file__))
+    written = []
+    for root in roots:
+        paths = sorted(glob.glob(os.path.join(root, "**", "*.jsonl"), recursive=True))
+        if not paths:
+            raise SystemExit(f"no results (*.jsonl) under {root}; the records live in records/<paper>/")
+        for path in paths:
+            name = os.path.splitext(os.path.basename(path))[0]
+            spec_path = os.path.join(root_dir, "config", "sweeps", name + ".py")
+            figures = load_spec(spec_path).get("figures", {})
+            if not figures:
+                print(f"{path}: its spec {spec_path} names no figures", file=sys.stderr)
+            for figure, fit_args in figures.items():
+                out = os.path.join(os.path.dirname(path), f"{name}_{figure}")
+                written += fit_results(path, list(fit_args) + [f"--out={out}"])[1]
+    print("wrote " + ", ".join(written))
+    return written
 
 
 def _summary(obj):
@@ -1543,7 +1608,7 @@ def main_count(argv):
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
-    commands = {"count": main_count, "sweep": main_sweep, "fit": main_fit}
+    commands = {"count": main_count, "sweep": main_sweep, "fit": main_fit, "figures": main_figures}
     if not argv or argv[0] not in commands:
         raise SystemExit(f"usage: python scaling.py {{{'|'.join(commands)}}} [...]; "
                          f"e.g. python scaling.py count config/sparse_base.py --n_embd=512")

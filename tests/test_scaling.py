@@ -616,6 +616,40 @@ def test_lr_fit_finds_optima_and_regret():
     assert abs(result["groups"]["128"]["regret"]) < 1e-12  # the reference's own optimum
 
 
+def test_lr_fit_averages_seeds_and_measures_the_shift():
+    """Two training seeds per LR: the optimum is taken on the seed-mean curve, each seed gets its own, and the shift
+    log2(optimum / reference optimum) is reported per seed. Curves: optimum 2e-3 at N=1, 8e-3 at N=4 (2 octaves),
+    seed offsets of +-0.01 nats (an offset moves no optimum)."""
+    rows = []
+    for n_loop, lr_star in ((1, 2e-3), (4, 8e-3)):
+        for seed, offset in ((1337, 0.01), (7, -0.01)):
+            for lr in 1e-3 * 2 ** np.arange(0, 5.5, 0.5):
+                rows.append(dict(arch="none", n_loop=n_loop, lr=float(lr), seed=seed,
+                                 val_loss=2.0 + offset + 0.05 * math.log(lr / lr_star) ** 2))
+    result = scaling.fit_lr(rows, group=("n_loop",), panel="arch")["none"]
+    g = result["groups"]["4"]
+    assert len(g["lr"]) == 11 and g["seeds"] == [7, 1337]  # one mean point per LR, not two
+    assert g["shift_log2"] == pytest.approx(2.0, abs=1e-6) and result["max_abs_shift_log2"] == pytest.approx(2.0)
+    assert g["shift_log2_per_seed"] == {"7": pytest.approx(2.0, abs=1e-6), "1337": pytest.approx(2.0, abs=1e-6)}
+    assert g["seed_sd_mean"] == pytest.approx(0.02 / math.sqrt(2), rel=1e-9)  # sd of (+0.01, -0.01)
+    assert g["lr_opt"] == pytest.approx(8e-3, rel=1e-6) and g["loss_opt"] == pytest.approx(2.0, abs=1e-9)
+
+
+def test_figures_redraws_records_from_their_rows(tmp_path, capsys):
+    """`scaling.py figures records/` fits each committed results file as its sweep spec's `figures` say."""
+    rows = [dict(r, n_layer=2, n_loop=1, arch="linear") for r in lr_rows()[0] if r["n_embd"] == 128]
+    paper = tmp_path / "records" / "wang2026"
+    paper.mkdir(parents=True)
+    (paper / "lr_transfer_cpu.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    written = scaling.main(["figures", str(tmp_path / "records")])
+    assert sorted(written) == [str(paper / "lr_transfer_cpu_lr.json"), str(paper / "lr_transfer_cpu_lr.png")]
+    numbers = json.loads((paper / "lr_transfer_cpu_lr.json").read_text())
+    assert abs(math.log(numbers["linear"]["groups"]["(2, 1)"]["lr_opt"] / 3e-3)) < 0.15
+    (paper / "no_such_sweep.jsonl").write_text("{}\n")
+    with pytest.raises(SystemExit, match="no sweep spec"):
+        scaling.main(["figures", str(tmp_path / "records")])
+
+
 def test_fit_cli_writes_figures(tmp_path, capsys):
     path = tmp_path / "results.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in joint_rows(loops=(1, 4))))
@@ -705,7 +739,8 @@ def test_interrupted_sweep_runs_each_point_once(tmp_path, monkeypatch):
     monkeypatch.setenv("FAKE_LOG", str(log))
     spec = dict(name="t", out_dir=str(tmp_path / "sweep"), archs={"base": ["config/sparse_base.py"]},
                 budgets=[1e9, 2e9], widths=[32, 64], runner=[sys.executable, str(fake)],
-                common=dict(n_layer=2, head_dim=16, tokenizer="byte", block_size=32, batch_size=2))
+                common=dict(n_layer=2, head_dim=16, tokenizer="byte", block_size=32, batch_size=2),
+                record=str(tmp_path / "records" / "paper"))
     names = [p.name for p in scaling.grid_points(spec)]
     results = tmp_path / "sweep" / "results.jsonl"
 
@@ -734,6 +769,9 @@ def test_interrupted_sweep_runs_each_point_once(tmp_path, monkeypatch):
     results.write_text("".join(line + "\n" for line in results.read_text().splitlines()[:-1]))
     scaling.run_sweep(spec)  # a finished run whose row was lost: the row comes back without a rerun
     assert len(invocations()) == 5 and len(scaling.read_results(str(results))) == 4
+    record = tmp_path / "records" / "paper" / "t.jsonl"  # the committed copy, each point once, without its config
+    assert sorted(r["point"] for r in scaling.read_results(str(record))) == sorted(names)
+    assert all("config" not in r and r["val_loss"] == 3 + 64 / r["n_embd"] for r in scaling.read_results(str(record)))
 
     spec["widths"] = [32, 64, 96]  # one more width; its first budget fails
     failing = [p.name for p in scaling.grid_points(spec) if p.name not in names][0]
@@ -744,8 +782,12 @@ def test_interrupted_sweep_runs_each_point_once(tmp_path, monkeypatch):
     scaling.run_sweep(spec)  # a failed point is not retried by default
     assert len(invocations()) == 7
     monkeypatch.delenv("FAKE_FAIL")
-    scaling.run_sweep(spec, retry_failed=True)
+    scaling.run_sweep(spec, retry_failed=True, only=r"_d96$")  # --only is a regular expression on the names
     assert len(invocations()) == 8
+    scaling.run_sweep(spec, retry_failed=True, only=r"_C1e09_d(32|64)$")  # all done: nothing runs
+    assert len(invocations()) == 8
+    with pytest.raises(SystemExit, match="no point of sweep t matches"):
+        scaling.run_sweep(spec, only="_d48")
 
 
 def test_every_sweep_spec_plans(monkeypatch, capsys):

@@ -1,21 +1,27 @@
-# CPU-scale learning-rate transfer after Wang et al. 2026 (arXiv:2606.18524, §5.3): LR sweeps for loop counts N in
-# {1, 2, 4} under sqrt and linear residual scaling at L=2 unique blocks, and factorized at L=4 with L_ref=2 (so that
-# factorized equals linear at L=2, as it does at the paper's L_ref=12); config/residual_cpu.py at d=64, context 64,
-# 200 steps of 1,024 tokens. About an hour on 2 cores.
-#     python scaling.py fit out/sweeps/lr_transfer_cpu/results.jsonl --law=lr --panel=arch \
-#         --group='("n_layer","n_loop")' --max_loss=4
-import os
-import runpy
-
-_paper = runpy.run_path(os.path.join(os.path.dirname(__file__), "lr_transfer_paper.py"))
+# CPU-scale learning-rate transfer across loop counts after Wang et al. 2026 (arXiv:2606.18524, §5.2-5.3, Fig. 5):
+# AdamW base-LR sweeps for loop counts N in {1, 2, 4} with no residual scaling and with linear (1/N) scaling at L=2
+# unique blocks, and factorized at L=4 with L_ref=2 (so that factorized equals linear at L=2, as it does at the
+# paper's L_ref=12); config/residual_cpu.py at d=64, context 128, 500 steps of 2,048 tokens (1M tokens, about 10
+# per parameter), WSD. The LR grid has steps of sqrt(2); two training seeds. records/wang2026.md holds the power
+# estimate, the measured time and the verdict. Parts: --only=s1337 then --only=s7 (about 45 minutes each on one
+# core of a 2-core AMD EPYC).
+#     python scaling.py sweep config/sweeps/lr_transfer_cpu.py --only=s1337
+#     python scaling.py figures records/   # redraws records/wang2026/lr_transfer_cpu_lr.png from the committed rows
 name = "lr_transfer_cpu"
-common = dict(data_source="offline", tokenizer="byte", n_embd=64, block_size=64, batch_size=16, max_iters=200,
-              warmup_iters=20, decay_frac=0.2, residual_ref_layers=2, eval_interval=100000, eval_tokens=65536,
+record = "records/wang2026"  # each finished row is also appended to records/wang2026/lr_transfer_cpu.jsonl
+RULES = {"none": 2, "linear": 2, "factorized": 4}  # residual_scaling -> unique blocks L
+LOOPS = (1, 2, 4)
+LRS = [1e-3 * 2 ** (k / 2) for k in range(11)]  # 1e-3 ... 3.2e-2 in steps of sqrt(2)
+SEEDS = (1337, 7)
+common = dict(data_source="offline", tokenizer="byte", n_embd=64, block_size=128, batch_size=16, max_iters=500,
+              warmup_iters=50, decay_frac=0.2, residual_ref_layers=2, eval_interval=100000, eval_tokens=131072,
               sample_tokens=0)
+figures = {"lr": ["--law=lr", "--panel=arch", '--group=("n_layer","n_loop")', "--max_loss=4"]}  # scaling.py figures
 env = dict(OMP_NUM_THREADS="1")  # tiny models: a second thread only spins (use --parallel=2 on a quiet machine)
-flops_per_second = 5e9  # one CPU core: 1.5e10 measured at d=64 alone, 2-4e9 on a busy machine
+flops_per_second = 1.5e10  # one quiet core at d=64
 
 
-def points():
-    return _paper["points"]({"sqrt": (2,), "linear": (2,), "factorized": (4,)}, (1, 2, 4),
-                            [1e-3, 2e-3, 4e-3, 8e-3, 1.6e-2], "config/residual_cpu.py")
+def points(lrs=LRS, seeds=SEEDS):
+    return [dict(name=f"{rule}_L{L}_N{N}_lr{lr:.3g}_s{seed}", arch=rule, configs=["config/residual_cpu.py"],
+                 overrides=dict(residual_scaling=rule, n_layer=L, n_loop=N, lr=lr, seed=seed), fields=dict(rule=rule))
+            for seed in seeds for rule, L in RULES.items() for N in LOOPS for lr in lrs]
