@@ -454,8 +454,10 @@ def rebalance(config, target_rho, unique_experts, target_params=None, target_flo
 #   lr_for(tokens, model_config, train_config)   optional: the LR of a run from its planned tokens (HyperP)
 #   points()        optional, instead of the grid keys: dicts with name, arch, configs, overrides, flops_budget,
 #                   fields (extra columns for results.jsonl)
-#   record          optional: a committed directory (records/<paper>) that also gets each finished row, without the
-#                   config, in <record>/<name>.jsonl: the course's results, from which `scaling.py figures` redraws
+#   record          optional: a committed directory (records/<paper>), or {arch: directory}, that also gets each
+#                   finished row, without the config, in <directory>/<name>.jsonl: the course's results
+#   figures         optional: {figure name: `scaling.py fit` arguments}, which `scaling.py figures records/` draws
+#                   from each record file of this sweep as <directory>/<name>_<figure name>.png/.json
 
 ROW_FIELDS = ("arch", "n_embd", "n_layer", "n_loop", "lr", "flops_budget", "seed")
 
@@ -594,6 +596,15 @@ def point_row(planned, run_dir, status, rc, revision, command):
     return row
 
 
+def write_record(path, row):
+    """Append a finished row, without its config, to a committed record file, once per point."""
+    if row["point"] in done_points(path):
+        return
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    with open(path, "a") as f:
+        f.write(json.dumps({k: v for k, v in row.items() if k != "config"}) + "\n")
+
+
 def print_plan(planned, spec, done, rate, rate_source):
     print(f"sweep {spec['name']}: {len(planned)} points ({len(done)} done) -> {sweep_dir(spec)}")
     print(f"{'point':<44} {'params':>9} {'active':>9} {'FLOPs/tok':>9} {'steps':>7} {'tokens':>9} {'est':>7}")
@@ -625,7 +636,7 @@ def run_sweep(spec, dry_run=False, only="", retry_failed=False, limit=0, paralle
     root = os.path.dirname(os.path.abspath(__file__))
     out = sweep_dir(spec)
     results = os.path.join(out, "results.jsonl")
-    record = os.path.join(spec["record"], spec["name"] + ".jsonl") if spec.get("record") else ""
+    record = spec.get("record") or ""  # one directory, or {arch: directory} for a sweep that serves several papers
     import re
     planned = [q for q in plan(spec) if re.search(only, q["point"].name)]
     if not planned:
@@ -641,8 +652,6 @@ def run_sweep(spec, dry_run=False, only="", retry_failed=False, limit=0, paralle
     if dry_run or not todo:
         return planned
     os.makedirs(out, exist_ok=True)
-    if record:
-        os.makedirs(os.path.dirname(record), exist_ok=True)
     revision = git_revision(root)
     runner = list(spec.get("runner", [sys.executable, "train.py"]))
     slots = max(1, parallel or spec.get("parallel", 1))
@@ -680,9 +689,9 @@ def run_sweep(spec, dry_run=False, only="", retry_failed=False, limit=0, paralle
                    process_s=time.time() - started if rc is not None else None)  # train.py's start-up included
         with open(results, "a") as f:
             f.write(json.dumps(row) + "\n")
-        if record and row["point"] not in done_points(record):  # the committed copy, without the full config
-            with open(record, "a") as f:  # (git_rev and command reproduce it)
-                f.write(json.dumps({k: v for k, v in row.items() if k != "config"}) + "\n")
+        record_dir = record.get(row["arch"], "") if isinstance(record, dict) else record
+        if record_dir:  # the committed copy, without the full config (git_rev and command reproduce it)
+            write_record(os.path.join(record_dir, spec["name"] + ".jsonl"), row)
         finished += 1
         left = len(todo) - finished
         eta = (time.time() - t_start) / finished * left
@@ -1330,6 +1339,28 @@ def fit_lr(rows, group=("n_embd",), panel="arch", reference=None, max_loss=float
     return result
 
 
+# ---- comparisons at matched compute (ablation ladders, A vs B): the loss of each arm over training seeds ----
+
+def compare_arms(rows, arm="arch", metric="val_loss", reference=None, order=()):
+    """Per arm (e.g. a rung of Chen et al.'s ladder): the metric of each training seed, its mean and standard
+    deviation; against the reference arm, the difference of the means and the same difference seed by seed (the
+    arms share seeds, so the paired differences separate the arm's effect from the seed's)."""
+    arms = {}
+    groups = group_by(rows, arm)
+    rank = {str(a): i for i, a in enumerate(order)}  # the arms in this order (e.g. a ladder's), else sorted
+    for a, arow in sorted(groups.items(), key=lambda kv: rank.get(str(kv[0]), len(rank))):
+        values = {str(field(r, "seed", 0)): float(field(r, metric)) for r in arow}
+        v = np.array(list(values.values()))
+        arms[str(a)] = dict(values=values, mean=float(v.mean()),
+                                                     sd=float(v.std(ddof=1)) if len(v) > 1 else None)
+    ref = str(reference) if reference is not None and str(reference) in arms else next(iter(arms))
+    for a in arms.values():
+        a["diff"] = a["mean"] - arms[ref]["mean"]
+        a["diff_per_seed"] = {s: v - arms[ref]["values"][s] for s, v in a["values"].items()
+                              if s in arms[ref]["values"]}
+    return dict(reference=ref, metric=metric, arms=arms)
+
+
 # ---- figures: PNG next to a JSON of the numbers they show ----
 
 def _figure(panels, width=5.0, height=4.0):
@@ -1457,6 +1488,20 @@ def plot_joint(result, path):
     return _save(fig, result, path)
 
 
+def plot_compare(result, path):
+    """Each arm's metric: one dot per training seed, a bar at the mean; the reference arm's mean dotted."""
+    fig, (ax,) = _figure(1, width=1.2 + 1.1 * len(result["arms"]))
+    for i, (name, a) in enumerate(result["arms"].items()):
+        ax.bar(i, a["mean"], color="0.85", width=0.6)
+        ax.scatter([i] * len(a["values"]), list(a["values"].values()), color="k", s=14, zorder=3)
+    ax.axhline(result["arms"][result["reference"]]["mean"], ls=":", color="k")
+    lo = min(min(a["values"].values()) for a in result["arms"].values())
+    hi = max(max(a["values"].values()) for a in result["arms"].values())
+    ax.set(xticks=range(len(result["arms"])), xticklabels=list(result["arms"]), ylabel=result["metric"],
+           ylim=(lo - 0.15 * (hi - lo + 1e-9), hi + 0.15 * (hi - lo + 1e-9)))
+    return _save(fig, result, path)
+
+
 def plot_lr(result, path):
     """Loss against learning rate per group, one panel per panel value; stars at the optima, the transferred LR
     dotted (Lee et al. Fig. 2; Wang et al. Fig. 5)."""
@@ -1478,7 +1523,7 @@ def plot_lr(result, path):
 # command line: fit
 
 FIT_KEYS = dict(
-    law="isoflop",  # isoflop (Lee et al.) | chinchilla | joint (Schwethelm et al.) | lr (LR transfer)
+    law="isoflop",  # isoflop (Lee et al.) | chinchilla | joint (Schwethelm et al.) | lr (LR transfer) | compare (arms)
     n_key="",  # the N of isoflop/chinchilla: "" = params_active (isoflop) / params_unique_nonembed (chinchilla)
     restarts=500,  # random starts per parametric fit (best one kept)
     bootstrap=200,  # bootstrap resamples (joint: blocks of (budget, r) cells; isoflop: residuals)
@@ -1491,13 +1536,14 @@ FIT_KEYS = dict(
     loops=(),  # keep only these n_loop values; () = all
     max_loss=float("inf"),  # drop runs whose val_loss exceeds this (diverged; Wang et al. use 4)
     group=("n_embd",),  # lr: the fields that define one LR curve (width, n_loop, n_layer ...)
-    panel="arch",  # lr: the field that splits curves into panels (e.g. residual_scaling)
-    reference="",  # lr: the group whose optimal LR is transferred; "" = the first group
+    panel="arch",  # lr: the field that splits curves into panels (e.g. residual_scaling); compare: the arms' field
+    reference="",  # lr: the group whose optimal LR is transferred; compare: the arm compared against; "" = the first
+    metric="val_loss",  # compare: the row field compared
     out="",  # output path prefix for <out>.png/.json; "" = fit_<law> next to the results file
 )
 
 
-def select_rows(rows, cfg):
+def select_rows(rows, cfg, allow_empty=False):
     """Apply the subset keys (the probes and half-window refits of Schwethelm et al. are such subsets)."""
     keep = []
     for r in rows:
@@ -1512,16 +1558,19 @@ def select_rows(rows, cfg):
             if not (field(r, "arch") == cfg["baseline_arch"] and field(r, "n_loop") == 1):
                 continue
         keep.append(r)
-    if not keep:
+    if not keep and not allow_empty:
         raise SystemExit("no runs left after the subset keys (archs, budgets, loops, max_loss); loosen them")
     return keep
 
 
-def fit_results(path, argv):
-    """Fit one results file with `fit`'s --key=value arguments: (result, the files written)."""
+def fit_results(path, argv, skip_empty=False):
+    """Fit one results file with `fit`'s --key=value arguments: (result, the files written); (None, []) when the
+    subset keys leave no run and skip_empty (a record file that holds only other figures' arms)."""
     from configurator import configure
     cfg, _ = configure(FIT_KEYS, None, list(argv), doc_source=__file__)
-    rows = select_rows(read_results(path), cfg)
+    rows = select_rows(read_results(path), cfg, allow_empty=skip_empty)
+    if not rows:
+        return None, []
     out = cfg["out"] or os.path.join(os.path.dirname(os.path.abspath(path)), f"fit_{cfg['law']}")
     law = cfg["law"]
     if law == "isoflop":
@@ -1536,15 +1585,19 @@ def fit_results(path, argv):
     elif law == "lr":
         result = fit_lr(rows, cfg["group"], cfg["panel"], cfg["reference"] or None, cfg["max_loss"])
         files = plot_lr(result, out)
+    elif law == "compare":
+        result = compare_arms(rows, cfg["panel"], cfg["metric"], cfg["reference"] or None, cfg["archs"])
+        files = plot_compare(result, out)
     else:
-        raise SystemExit(f"unknown --law={law!r}: use isoflop | chinchilla | joint | lr")
+        raise SystemExit(f"unknown --law={law!r}: use isoflop | chinchilla | joint | lr | compare")
     return result, files
 
 
 def main_fit(argv):
     paths = [a for a in argv if not a.startswith("--") and a.endswith(".jsonl")]
     if len(paths) != 1:
-        raise SystemExit("usage: python scaling.py fit results.jsonl --law=isoflop|chinchilla|joint|lr [--key=value]")
+        raise SystemExit("usage: python scaling.py fit results.jsonl --law=isoflop|chinchilla|joint|lr|compare "
+                         "[--key=value]")
     result, files = fit_results(paths[0], [a for a in argv if a not in paths])
     print(json.dumps(_summary(result), indent=1, default=float))
     print(f"wrote {', '.join(files)}", file=sys.stderr)
@@ -1570,7 +1623,7 @@ def main_figures(argv):
                 print(f"{path}: its spec {spec_path} names no figures", file=sys.stderr)
             for figure, fit_args in figures.items():
                 out = os.path.join(os.path.dirname(path), f"{name}_{figure}")
-                written += fit_results(path, list(fit_args) + [f"--out={out}"])[1]
+                written += fit_results(path, list(fit_args) + [f"--out={out}"], skip_empty=True)[1]
     print("wrote " + ", ".join(written))
     return written
 

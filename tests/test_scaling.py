@@ -635,6 +635,18 @@ def test_lr_fit_averages_seeds_and_measures_the_shift():
     assert g["lr_opt"] == pytest.approx(8e-3, rel=1e-6) and g["loss_opt"] == pytest.approx(2.0, abs=1e-9)
 
 
+def test_compare_arms_pairs_seeds():
+    """Two arms, two shared seeds: means, sample standard deviations and the seed-paired differences by hand."""
+    rows = [dict(arch="vanilla", seed=1, val_loss=1.80), dict(arch="vanilla", seed=2, val_loss=1.90),
+            dict(arch="loopmoe", seed=1, val_loss=1.75), dict(arch="loopmoe", seed=2, val_loss=1.87)]
+    result = scaling.compare_arms(rows, reference="vanilla", order=("vanilla", "loopmoe"))
+    assert list(result["arms"]) == ["vanilla", "loopmoe"]  # the given order, not the sorted one
+    v, m = result["arms"]["vanilla"], result["arms"]["loopmoe"]
+    assert v["mean"] == pytest.approx(1.85) and v["sd"] == pytest.approx(0.1 / math.sqrt(2))
+    assert m["diff"] == pytest.approx(-0.04) and v["diff"] == 0
+    assert m["diff_per_seed"] == {"1": pytest.approx(-0.05), "2": pytest.approx(-0.03)}
+
+
 def test_figures_redraws_records_from_their_rows(tmp_path, capsys):
     """`scaling.py figures records/` fits each committed results file as its sweep spec's `figures` say."""
     rows = [dict(r, n_layer=2, n_loop=1, arch="linear") for r in lr_rows()[0] if r["n_embd"] == 128]

@@ -16,6 +16,13 @@ common = dict(data_source="offline", sample_tokens=0)
 env = dict(OMP_NUM_THREADS="1")
 flops_per_second = 4e10
 SEEDS = (1337, 7)
+record = {**dict.fromkeys(("vanilla", "loop_base", "iteradaln", "loopmoe"), "records/chen2026"),
+          **dict.fromkeys(("loopformer", "plain_loop"), "records/jeddi2026"),
+          **dict.fromkeys(("hc", "passthrough"), "records/schwethelm2026")}
+figures = {  # python scaling.py figures records/
+    "ladder": ["--law=compare", "--archs=('vanilla','loop_base','iteradaln','loopmoe')", "--reference=vanilla"],
+    "lanes": ["--law=compare", "--archs=('passthrough','hc')", "--reference=passthrough"],
+}
 _iso = runpy.run_path(os.path.join(os.path.dirname(__file__), "isodepth_cpu.py"))
 LADDER = {"vanilla": "loopmoe_vanilla_cpu", "loop_base": "loopmoe_loop_base_cpu",
           "iteradaln": "loopmoe_iteradaln_cpu", "loopmoe": "loopmoe_cpu"}
