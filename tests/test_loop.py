@@ -18,7 +18,7 @@ import loop  # noqa: E402
 from loop import HyperConnections, LoopedGPT, build_model, sample_trajectory  # noqa: E402
 import optim  # noqa: E402
 from optim import MuonH, MuonHAdamW  # noqa: E402
-from model import GPT, GPTConfig, KVCache  # noqa: E402
+from model import GPT, Block, GPTConfig, KVCache  # noqa: E402
 
 V, T = 61, 12
 
@@ -162,20 +162,22 @@ def test_readout_of_an_early_state_runs_the_coda():
     assert (m.readout(h1, label1) - full).abs().max() > 1e-5
 
 
-def test_ffn_loop_attribute_is_set_for_moe_records():
+def test_ffn_receives_the_loop_index_for_moe_records():
     m = make(n_loop=3, n_prelude=1)
 
     class Recorder(nn.Module):
+        returns_aux = True  # an FFN like moe.MoE: takes the loop index, returns (y, aux)
+
         def __init__(self):
             super().__init__()
-            self.loop, self.seen = None, []
+            self.seen = []
 
-        def forward(self, x):
-            self.seen.append(self.loop)
-            return torch.zeros_like(x)
+        def forward(self, x, loop):
+            self.seen.append(loop)
+            return torch.zeros_like(x), {}
 
     rec = Recorder()
-    m.blocks[1].ffn = rec
+    m.blocks[1] = Block(m.config, rec)
     m(tokens())
     assert rec.seen == [0, 1, 2]
 
@@ -429,21 +431,18 @@ def test_elastic_evaluation_at_full_budget_equals_the_plain_forward():
     idx = tokens()
     plain, _, _ = m(idx)
     for schedule in (4, [0.25] * 4):
-        m.set_schedule(schedule)
-        assert torch.equal(m(idx)[0], plain)
-    m.set_schedule([0.5, 0.25, 0.25])
-    assert m.n_slots() == 6 and not torch.allclose(m(idx)[0], plain, atol=1e-4)
-    m.set_schedule(None)
+        assert torch.equal(m(idx, schedule=schedule)[0], plain)
+    short = [0.5, 0.25, 0.25]
+    assert m.n_slots(short) == 6 and not torch.allclose(m(idx, schedule=short)[0], plain, atol=1e-4)
     assert m.n_slots() == 8
     with pytest.raises(ValueError, match="summing to 1"):
-        m.set_schedule([0.5, 0.4])
+        m(idx, schedule=[0.5, 0.4])
 
 
 def test_loopformer_objective_terms():
     m = make(n_loop=4, loop_cond="loopformer", cond_init="normal", elastic="shortcut").train()
     idx = tokens()
-    m.set_micro_batch(5, seed=1)
-    logits, loss, aux = m(idx, idx)
+    logits, loss, aux = m(idx, idx, rng=loop.trajectory_rng(1, 5))
     units = sample_trajectory(4, np.random.default_rng([1, 5, 0x100F]), "uniform")
     assert units != [1, 1, 1, 1] and sum(units) == 4  # a real shortcut, so that the two branches differ
     x, rope = m.embed(idx), m.rope(0, T)
@@ -471,8 +470,7 @@ def test_loopformer_objective_terms():
 def test_early_exit_and_random_depth_objectives():
     m = make(n_loop=4, loop_cond="index", cond_init="normal", elastic="early_exit", consistency_on="logits").train()
     idx = tokens()
-    m.set_micro_batch(2, seed=0)
-    _, loss, aux = m(idx, idx)
+    _, loss, aux = m(idx, idx, rng=loop.trajectory_rng(0, 2))
     S = int(np.random.default_rng([0, 2, 0x100F]).integers(1, 4))
     states = [h for label, h in m.states(idx) if label.boundary]
     logits_s, logits = m.readout(states[S - 1]), m.readout(states[-1])
@@ -480,11 +478,9 @@ def test_early_exit_and_random_depth_objectives():
     torch.testing.assert_close(aux["consistency"], 0.1 * F.mse_loss(logits_s, logits))
 
     m = make(n_loop=4, elastic="random_depth").train()
-    m.set_micro_batch(9, seed=0)
-    _, loss, aux = m(idx, idx)
+    _, loss, aux = m(idx, idx, rng=loop.trajectory_rng(0, 9))
     S = int(np.random.default_rng([0, 9, 0x100F]).integers(1, 5))
-    m.set_schedule(S)
-    torch.testing.assert_close(loss, m.eval()(idx, idx)[1])
+    torch.testing.assert_close(loss, m.eval()(idx, idx, schedule=S)[1])
 
 
 # -----------------------------------------------------------------------------------------------------------------
@@ -503,12 +499,11 @@ def test_cached_decode_equals_full_forward(plan):
     m = make(**CACHE_PLANS[plan]).eval()
     idx = tokens()
     for schedule in ([None, 2] if plan == "loopformer" else [None]):
-        m.set_schedule(schedule)
-        full, _, _ = m(idx)
-        cache = KVCache(m.n_slots(), idx.size(0), T)
-        pieces = [m(idx[:, :5], cache=cache)[0]]
+        full, _, _ = m(idx, schedule=schedule)
+        cache = KVCache(m.n_slots(schedule), idx.size(0), T)
+        pieces = [m(idx[:, :5], cache=cache, schedule=schedule)[0]]
         for t in range(5, T):
-            pieces.append(m(idx[:, t:t + 1], cache=cache)[0])
+            pieces.append(m(idx[:, t:t + 1], cache=cache, schedule=schedule)[0])
         torch.testing.assert_close(torch.cat(pieces, dim=1), full, rtol=1e-4, atol=1e-5)
 
 
@@ -523,11 +518,9 @@ def test_compiling_the_block_once_serves_every_loop_count():
         first = m(idx)[0]
         graphs = counters["stats"]["unique_graphs"]
         for n in (2, 3, 6, 1):
-            m.set_schedule(n)
-            m(idx)
+            m(idx, schedule=n)
     assert counters["stats"]["unique_graphs"] == graphs <= 2  # one for the prelude block, one for a shared block
     assert not counters["graph_break"]
-    m.set_schedule(None)
     with torch.no_grad():
         torch.testing.assert_close(m(idx)[0], first)
     torch._dynamo.reset()

@@ -215,20 +215,20 @@ class InjectedLoop(GPT):
         self.n_loop, self.n_grad = n_loop, n_grad or n_loop
         self.inject = nn.Linear(2 * config.n_embd, config.n_embd, bias=False)
 
-    def block_executions(self):
+    def block_executions(self, training=True, schedule=None):
         return [(self.n_loop, self.n_grad)] * len(self.blocks)
 
-    def module_executions(self):
+    def module_executions(self, training=True, schedule=None):
         return {"inject": (self.n_loop, self.n_grad)}
 
-    def walk(self, x, rope, cache=None, aux=None):
+    def walk(self, x, rope, cache=None, aux=None, schedule=None):
         e, h = x, x
         for loop in range(self.n_loop):
             with torch.set_grad_enabled(torch.is_grad_enabled() and loop >= self.n_loop - self.n_grad):
                 h = self.inject(torch.cat([e, h], dim=-1))
                 for i, block in enumerate(self.blocks):
                     h, _ = block(h, rope)
-                    yield Label(i, i, loop, i == len(self.blocks) - 1, "loop"), h
+                    yield Label(i, i, loop, i == len(self.blocks) - 1, "loop"), h, None
 
 
 def small_config(**kw):
