@@ -1,6 +1,7 @@
 """Tests of loop.py: every depth plan against a hand-unrolled reference, conditioning at init, truncated BPTT,
 hyper-connections, residual multipliers measured with hooks, trajectories and elastic depth, the KV cache, compile
 once for every loop count, the elastic objectives, MuonH, the LR rules. Tiny models, CPU, a few seconds each."""
+import inspect
 import itertools
 import math
 import os
@@ -160,6 +161,42 @@ def test_readout_of_an_early_state_runs_the_coda():
     torch.testing.assert_close(m.readout(h, label), full, rtol=0, atol=1e-6)
     label1, h1 = [s for s in states if s[0].boundary][0]  # an exit after the first pass differs
     assert (m.readout(h1, label1) - full).abs().max() > 1e-5
+
+
+def test_gpt_and_looped_gpt_take_the_same_arguments():
+    """Callers never ask which model class they hold: GPT has the one-pass version of every depth method."""
+    for name in ("forward", "walk", "final_state", "readout", "generate", "resolve_schedule", "loop_count", "n_slots",
+                 "block_executions", "module_executions"):
+        assert inspect.signature(getattr(GPT, name)) == inspect.signature(getattr(LoopedGPT, name)), name
+
+
+def test_a_plain_model_makes_one_pass_and_refuses_more():
+    m = GPT(tiny()).init_weights(0)
+    idx = tokens()
+    ref = m(idx)[0]
+    for schedule in (1, [1.0]):
+        assert torch.equal(m(idx, schedule=schedule)[0], ref)
+    assert m.n_slots(1) == 2 and m.block_executions(False, 1) == [(1, 1)] * 2 and m.module_executions() == {}
+    with pytest.raises(ValueError, match="one pass"):
+        m(idx, schedule=2)
+
+
+def test_the_walk_hands_out_what_each_layer_was_conditioned_with():
+    m = make(n_loop=3, n_prelude=1, n_coda=1, loop_cond="iteradaln", cond_init="normal").eval()
+    x = m.embed(tokens())
+    with torch.no_grad():
+        steps = list(m.walk(x, m.rope(0, T)))
+        assert [cond is None for _, _, cond in steps] == [label.part != "loop" for label, _, _ in steps]
+        (_, h0, _), (label, _, cond) = steps[:2]  # the prelude's output is the first pass's input (no injection)
+        assert label.part == "loop" and label.loop == 0
+        c = m.loop_embedding(0, 0.0, 1 / 3)  # IterAdaLN: the embedding of iteration 1
+        for got, want in zip(cond.out["attn"], m.blocks[1].modulator.attn(h0, c)):
+            torch.testing.assert_close(got, want)
+
+
+def test_res_scale_sets_the_shared_blocks_multiplier_at_construction():
+    m = LoopedGPT(tiny(n_loop=1, n_prelude=1), res_scale=0.25)
+    assert m.res_scales.tolist() == [1.0, 0.25, 0.25]
 
 
 def test_ffn_receives_the_loop_index_for_moe_records():
@@ -481,6 +518,20 @@ def test_early_exit_and_random_depth_objectives():
     _, loss, aux = m(idx, idx, rng=loop.trajectory_rng(0, 9))
     S = int(np.random.default_rng([0, 9, 0x100F]).integers(1, 5))
     torch.testing.assert_close(loss, m.eval()(idx, idx, schedule=S)[1])
+
+
+def test_train_step_hands_each_micro_batch_its_generator():
+    """optim.train_step gives micro-batch i the generator rng(i) (train.py: trajectory_rng(seed, its global index)),
+    so the elastic objective draws per micro-batch what a resumed run draws again."""
+    m = make(n_loop=4, elastic="random_depth").train()
+    idx = tokens()
+    opt = torch.optim.SGD(m.parameters(), lr=0.0)
+    loss, _, _ = optim.train_step(m, opt, lambda i: (idx, idx), accum=2, rng=lambda i: loop.trajectory_rng(3, 10 + i))
+    depths = [int(loop.trajectory_rng(3, 10 + i).integers(1, 5)) for i in range(2)]
+    assert depths[0] != depths[1]
+    with torch.no_grad():
+        expected = sum(m.eval()(idx, idx, schedule=S)[1] for S in depths) / 2
+    torch.testing.assert_close(loss, expected)
 
 
 # -----------------------------------------------------------------------------------------------------------------

@@ -237,6 +237,15 @@ def small_config(**kw):
     return GPTConfig(**base)
 
 
+def test_counts_follow_the_schedule_they_are_given():
+    """An elastic-depth evaluation at M passes (eval.py --loops=M) counts M runs of every per-pass module."""
+    from loop import build_model
+    model = build_model(small_config(n_loop=4, n_prelude=1, injection="linear", loop_norm=True, hc_lanes=0))
+    for schedule, passes in ((None, 4), (2, 2), ([0.5, 0.25, 0.25], 3)):
+        runs = {u.name: u.fwd for u in scaling.compute_units(model, False, schedule)}
+        assert runs["blocks.1"] == runs["inject"] == runs["norm_loop"] == passes and runs["blocks.0"] == 1
+
+
 def test_shared_weights_stored_once_computed_every_pass():
     cfg = small_config()
     plain, looped = GPT(cfg), SharedStack(cfg, n_loop=3)
