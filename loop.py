@@ -25,8 +25,8 @@ The walk (LoopedGPT.walk) is the only forward code path: forward, generation, ea
 The blocks are compiled one by one (GPT.compile_blocks) and the loop stays in Python, so a new loop count never
 recompiles a block: per-loop conditioning and residual multipliers enter the block as tensor arguments.
 
-Also here: build_model / load_model (the one place turning configs and checkpoints into models) and MuonH, the
-optimizer of Schwethelm et al. (train.py --optimizer=muonh).
+Also here: build_model / load_model (the one place turning configs and checkpoints into models); MuonH, the
+optimizer of Schwethelm et al. (train.py --optimizer=muonh), lives in optim.py.
 """
 import math
 import os
