@@ -37,7 +37,7 @@ from tqdm import tqdm  # noqa: E402
 
 import moe  # noqa: E402
 from configurator import configure, run  # noqa: E402
-from loop import build_model, load_model, pick_device, residual_multiplier  # noqa: E402
+from loop import LoopedGPT, build_model, load_model, pick_device, residual_multiplier  # noqa: E402
 from model import GPTConfig  # noqa: E402
 from optim import train_step  # noqa: E402
 from scaling import capacity_report  # noqa: E402
@@ -196,7 +196,7 @@ def theorem1_prediction(n_loop, alpha, shared=True, sigma=1.0):
 
 
 # =====================================================================================================================
-# Collecting states and records: the model's own walk, moe.py's routing records, a hook for the conditioning
+# Collecting states and records: the model's own walk (its states and conditioning), moe.py's routing records
 
 
 def collect_states(model, idx):
@@ -233,52 +233,17 @@ def routing_records(model, batches):
     return {key: {k: torch.cat(v) for k, v in rec.items()} for key, rec in out.items()}
 
 
-class RecordingCond:
-    """Stands in for a block's conditioning object (model.Block's `cond`) and keeps what its attention and FFN
-    modulators return, broadcast to the input's shape: (scale, shift, gate) = (gamma, beta, alpha), any None."""
-
-    def __init__(self, cond, out):
-        self.cond, self.out = cond, out
-
-    def _keep(self, branch, x, result):
-        self.out[branch] = [None if t is None else torch.broadcast_to(t.detach(), x.shape) for t in result]
-        return result
-
-    def attn(self, x):
-        return self._keep("attn", x, self.cond.attn(x))
-
-    def ffn(self, m):
-        return self._keep("ffn", m, self.cond.ffn(m))
-
-
 def conditioning_records(model, idx):
     """[(Label, {"attn": [scale, shift, gate], "ffn": [...]})] for each effective layer run with per-loop
-    conditioning, captured by a pre-hook that wraps the `cond` argument of model.Block.forward."""
-    from model import Block
-    calls = []
-
-    def hook(module, args, kwargs):
-        args = list(args)
-        cond = kwargs["cond"] if "cond" in kwargs else (args[4] if len(args) > 4 else None)
-        out = {}
-        calls.append(out)
-        if cond is None:
-            return None
-        if "cond" in kwargs:
-            kwargs["cond"] = RecordingCond(cond, out)
-        else:
-            args[4] = RecordingCond(cond, out)
-        return tuple(args), kwargs
-
-    handles = [m.register_forward_pre_hook(hook, with_kwargs=True) for m in model.modules() if isinstance(m, Block)]
-    try:
-        states = collect_states(model, idx)
-    finally:
-        for h in handles:
-            h.remove()
-    if len(calls) != len(states):
-        raise RuntimeError(f"{len(calls)} block calls for {len(states)} effective layers: cannot label them")
-    return [(label, c) for (label, _), c in zip(states, calls) if c]
+    conditioning: what its modulators returned to the block, (gamma, beta, alpha), any None, broadcast to the
+    state's shape. The walk yields the conditioning (loop.py's LoopCond, which keeps them) with each state."""
+    records = []
+    with torch.no_grad():
+        for label, h, cond in model.walk(model.embed(idx), model.rope(0, idx.size(1))):
+            if cond is not None:
+                records.append((label, {branch: [None if t is None else torch.broadcast_to(t, h.shape) for t in kept]
+                                        for branch, kept in cond.out.items()}))
+    return records
 
 
 # =====================================================================================================================
@@ -611,12 +576,9 @@ def looped_config(model_cfg, n_loop, scaling):
 def nonshared_model(model_cfg, n_loop, scaling):
     """Wang et al.'s non-shared deep stack: n_loop independent copies of the n_layer block (effective depth
     n_layer * n_loop, one pass), every branch multiplied by n_loop^-alpha as the looped model with n_loop passes
-    would be. A one-pass LoopedGPT of n_layer * n_loop layers whose per-block multipliers (loop.py's res_scales
-    buffer, which its walk hands to each Block) are set to that value."""
-    cfg = dataclasses.replace(model_cfg, n_layer=model_cfg.n_layer * n_loop, n_loop=1, residual_scaling="linear")
-    model = build_model(cfg)  # residual_scaling != none with one pass: res_scales exists, all 1.0
-    model.res_scales.fill_(residual_multiplier(looped_config(model_cfg, n_loop, scaling)))
-    return model
+    would be. A one-pass LoopedGPT of n_layer * n_loop layers built with that multiplier (loop.py's res_scale)."""
+    cfg = dataclasses.replace(model_cfg, n_layer=model_cfg.n_layer * n_loop, n_loop=1, residual_scaling="none")
+    return LoopedGPT(cfg, res_scale=residual_multiplier(looped_config(model_cfg, n_loop, scaling)))
 
 
 def adamw(model, lr, weight_decay):

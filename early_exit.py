@@ -72,11 +72,12 @@ ENTRY = Label(-1, -1, -1, False, "prelude")  # label of the embedding (the state
 
 
 @torch.no_grad()
-def depth_labels(model):
-    """The Labels of the model's depth walk, in order (one walk over a single token)."""
+def depth_labels(model, schedule=None):
+    """The Labels of the model's depth walk at a schedule (None: the trained depth), in order (one walk over a
+    single token)."""
     dev = next(model.parameters()).device
     x = model.embed(torch.zeros(1, 1, dtype=torch.long, device=dev))
-    return [label for label, _ in model.walk(x, model.rope(0, 1))]
+    return [label for label, _, _ in model.walk(x, model.rope(0, 1), schedule=schedule)]
 
 
 def exit_candidates(model, labels, every_layer=False):
@@ -87,13 +88,14 @@ def exit_candidates(model, labels, every_layer=False):
     return [i for i in loop[:-1] if every or labels[i].boundary]
 
 
-def step_flops(model, labels, context, decoding=False):
-    """Forward FLOPs per token: (list per effective step, one head, one K/V fill, everything else).
+def step_flops(model, labels, context, decoding=False, schedule=None):
+    """Forward FLOPs per token: (list per effective step, one head, one K/V fill, everything else), for the walk
+    at `schedule` whose `labels` these are.
     From scaling.py's units: a step costs 2 * active params of its block + 4*h*q*context (QK^T and AV; decoding:
     the h*q of a cached step, MLA's latent-space width); the head 2 * its params; `other` is what else a forward
     runs per token (modules outside the blocks, hyper-connection mixing), charged in full to every exit
     (conservative). A fill costs the cache-entry projections of one layer."""
-    units = scaling.compute_units(model, training=False)
+    units = scaling.compute_units(model, training=False, schedule=schedule)
     by_name = {u.name: u for u in units}
     first = {}  # a module shared across steps is unit blocks.<first position>
     for i, b in enumerate(model.blocks):
@@ -105,7 +107,7 @@ def step_flops(model, labels, context, decoding=False):
     head = 2.0 * by_name["lm_head"].active
     # the steps come from the walk's labels; their sum + head + other = scaling.forward_flops_per_token (tested)
     other = sum(2.0 * u.fwd * u.active for u in units if u.kind == "other")
-    other += scaling.between_pass_flops(model, train=False)
+    other += scaling.between_pass_flops(model, train=False, schedule=schedule)
     return steps, head, kv_fill_flops(model), other
 
 
@@ -250,7 +252,7 @@ def readout(model, h, label, cache=None, rows=None):
     a coda runs it with the KV cache (the coda's slots then hold this token's coda states until a later readout of
     the same token overwrites them); a coda attends over the whole sequence, so it runs on every position."""
     if model.config.n_coda:
-        logits = model.readout(h, label, cache=cache) if cache is not None else model.readout(h, label)
+        logits = model.readout(h, label, cache)
         return logits if rows is None else logits[rows]
     return model.readout(h if rows is None else h[rows], label)
 
@@ -260,7 +262,7 @@ Candidate = namedtuple("Candidate", "pos label h logits logp scores reads")
 
 
 def scored_candidates(model, x, walk, cands, criteria, cache=None, read_all=False, rows=None):
-    """Read out and score the candidate exits along `walk` (model.walk's iterator of (label, state) over the
+    """Read out and score the candidate exits along `walk` (model.walk's iterator of (label, state, _) over the
     embedded x). Yields a Candidate at each walk position in `cands`: its label and state h; logits and logp, its
     readout and log-probabilities (None where no criterion reads the head, unless read_all); scores {criterion:
     score per token} for the rules `criteria`; reads, the readouts made for it (the first one's may include the
@@ -273,7 +275,7 @@ def scored_candidates(model, x, walk, cands, criteria, cache=None, read_all=Fals
     pick = (lambda t: t) if rows is None else (lambda t: t[rows])
     cand_set = set(cands)
     entry_h, entry_label, prev_h, prev_logp, first = x, ENTRY, pick(x), None, True
-    for pos, (label, h) in enumerate(walk):
+    for pos, (label, h, _) in enumerate(walk):
         if label.part == "prelude":
             entry_h, entry_label, prev_h = h, label, pick(h)
         if pos not in cand_set:
@@ -427,17 +429,17 @@ def evaluate_exits(model, batches, criteria=("entropy",), every_layer=False, n_t
 # decoding with early exit
 
 
-def propagate_fill(model, labels, h, rope, cache):
+def propagate_fill(model, labels, h, rope, cache, schedule=None):
     """Write the cache entries (K/V, or MLA's latent) of the exited state h (B, 1, C) into the slots of the skipped
     steps `labels` (CALM-style): what each step's attention would read of h (Block.attention_input), modulated as
-    that pass of a conditioned loop is (TMLT / LoopFormer / IterAdaLN, loop.py)."""
+    that pass of a conditioned loop at `schedule` is (TMLT / LoopFormer / IterAdaLN, loop.py)."""
     pass_embeddings = {}  # {loop index: conditioning vector}, filled on first use
     for label in labels:
         block = model.blocks[label.layer]
         cond = None
-        if getattr(block, "modulator", None) is not None and label.part == "loop":
+        if block.modulator is not None and label.part == "loop":
             if label.loop not in pass_embeddings:
-                steps = model.resolve_schedule()
+                steps = model.resolve_schedule(schedule)
                 pass_embeddings[label.loop] = model.loop_embedding(label.loop, sum(steps[:label.loop]),
                                                                    steps[label.loop])
             cond = model.block_cond(label.layer, pass_embeddings[label.loop])
@@ -446,13 +448,13 @@ def propagate_fill(model, labels, h, rope, cache):
 
 
 @torch.no_grad()
-def decode_step(model, tok, cache, labels, cands, criterion, tau, fill):
-    """Run one new token (B, 1) through the depth with the cache, exiting at the first candidate where every row
-    satisfies the criterion. Returns (logits (B, V), stats)."""
+def decode_step(model, tok, cache, labels, cands, criterion, tau, fill, schedule=None):
+    """Run one new token (B, 1) through the depth at `schedule` (labels: its depth_labels) with the cache, exiting
+    at the first candidate where every row satisfies the criterion. Returns (logits (B, V), stats)."""
     pos = cache.pos
     x = model.embed(tok, pos)
     rope = model.rope(pos, 1)
-    walk = model.walk(x, rope, cache, {})
+    walk = model.walk(x, rope, cache, {}, schedule)
     rules = [criterion] if criterion else []
     candidates = scored_candidates(model, x, walk, cands if criterion else [], rules, cache)
     exit_pos, n_read, n_early_read, scores = None, 0, 0, []
@@ -472,7 +474,7 @@ def decode_step(model, tok, cache, labels, cands, criterion, tau, fill):
             if fill == "propagate":
                 walk.close()  # stop the depth here
                 propagate_fill(model, [lab for lab in labels[cand.pos + 1:] if lab.part != "coda"], cand.h, rope,
-                               cache)
+                               cache, schedule)
             else:
                 last(walk)  # recompute: the rest of the depth runs all the same
             break
@@ -488,7 +490,7 @@ def decode_step(model, tok, cache, labels, cands, criterion, tau, fill):
 
 @torch.no_grad()
 def generate_with_exit(model, idx, max_new_tokens, criterion="entropy", tau=0.0, fill="propagate",
-                       every_layer=False, temperature=0.0, top_k=None, generator=None):
+                       every_layer=False, temperature=0.0, top_k=None, generator=None, schedule=None):
     """Autoregressive decoding with the KV cache where each new token may exit early.
 
     idx: (B, T) prompt; the prompt is prefilled at full depth. criterion None (or tau <= 0 with a threshold
@@ -496,7 +498,8 @@ def generate_with_exit(model, idx, max_new_tokens, criterion="entropy", tau=0.0,
     distribution each new token was drawn from; per generated token after the first (the first comes from the
     prefill) a dict in `stats`: exit (effective-layer index it stopped at), exited, steps (layers run),
     readouts, early_readouts, fills, scores (per candidate checked, per row), context; labels and candidates of
-    the depth; decode_s (wall time of the decoding steps); the cache."""
+    the depth; decode_s (wall time of the decoding steps); the cache; the schedule (as forward's, None: the trained
+    depth) it decoded at."""
     if criterion is not None:
         check_criterion(criterion, decoding=True)
     if fill not in FILLS:
@@ -505,11 +508,11 @@ def generate_with_exit(model, idx, max_new_tokens, criterion="entropy", tau=0.0,
     if T + max_new_tokens > model.config.block_size:
         raise ValueError(f"prompt ({T}) + max_new_tokens ({max_new_tokens}) exceeds block_size="
                          f"{model.config.block_size}")
-    labels = depth_labels(model)
+    labels = depth_labels(model, schedule)
     cands = exit_candidates(model, labels, every_layer)
     V = model.config.vocab_size
-    cache = KVCache(model.n_slots(), B, T + max_new_tokens)
-    logits, _, _ = model(idx, cache=cache)
+    cache = KVCache(model.n_slots(schedule), B, T + max_new_tokens)
+    logits, _, _ = model(idx, cache=cache, schedule=schedule)
     logits = logits[:, -1]
     out, all_logits, stats = [idx], [], []
     sync = torch.cuda.synchronize if idx.is_cuda else (lambda: None)
@@ -522,22 +525,22 @@ def generate_with_exit(model, idx, max_new_tokens, criterion="entropy", tau=0.0,
         if n == max_new_tokens - 1:
             break
         ctx = cache.pos + 1
-        logits, st = decode_step(model, nxt, cache, labels, cands, criterion, tau, fill)
+        logits, st = decode_step(model, nxt, cache, labels, cands, criterion, tau, fill, schedule)
         st["context"] = ctx
         stats.append(st)
     sync()
     decode_s = time.perf_counter() - t0
     return dict(tokens=torch.cat(out, 1), logits=torch.stack(all_logits, 1), stats=stats, labels=labels,
-                candidates=cands, decode_s=decode_s, cache=cache)
+                candidates=cands, decode_s=decode_s, cache=cache, schedule=schedule)
 
 
-def decode_flops(model, labels, stats):
+def decode_flops(model, labels, stats, schedule=None):
     """Forward FLOPs actually executed per decoded token (layers run, readouts, K/V fills) and those of plain
-    full-depth decoding of the same tokens."""
+    full-depth decoding of the same tokens, at `schedule` (labels: its depth_labels)."""
     run = full = 0.0
     coda = coda_positions(labels)
-    steps0, head, fill, other = step_flops(model, labels, 0, decoding=True)
-    per_ctx = [b - a for a, b in zip(steps0, step_flops(model, labels, 1, decoding=True)[0])]  # per context token
+    steps0, head, fill, other = step_flops(model, labels, 0, True, schedule)
+    per_ctx = [b - a for a, b in zip(steps0, step_flops(model, labels, 1, True, schedule)[0])]  # per context token
     for st in stats:
         steps = [a + b * st["context"] for a, b in zip(steps0, per_ctx)]
         coda_flops = sum(steps[i] for i in coda)
@@ -554,7 +557,7 @@ def summarize_generation(model, result):
     st, labels = result["stats"], result["labels"]
     if not st:
         return "no decoding steps"
-    run, full = decode_flops(model, labels, st)
+    run, full = decode_flops(model, labels, st, result["schedule"])
     frac = sum(s["exited"] for s in st) / len(st)
     depth = sum(s["exit"] + 1 for s in st) / len(st)
     return (f"{frac:.0%} of tokens exited early, mean exit depth {depth:.2f} of {len(labels)}, "
@@ -587,20 +590,16 @@ def parse_schedule(text, L):
 
 @torch.no_grad()
 def schedule_loss(model, batches, schedule):
-    """Mean validation NLL of the model run with `schedule` (step sizes summing to 1, one pass each) through
-    loop.py's elastic-depth hook (LoopedGPT.set_schedule); the model's own schedule is restored afterwards."""
-    if not hasattr(model, "set_schedule") or model.config.n_loop < 2:
+    """Mean validation NLL of the model run with `schedule` (step sizes summing to 1, one pass each; loop.py's
+    elastic depth)."""
+    if model.config.n_loop < 2:
         raise ValueError(f"elastic depth needs a looped model (n_loop >= 2) from loop.py, got "
                          f"{type(model).__name__} with n_loop={model.config.n_loop}")
-    saved, total, n = model.schedule, 0.0, 0
+    total, n = 0.0, 0
     dev = next(model.parameters()).device
-    try:
-        model.set_schedule(list(schedule))
-        for x, y in batches:
-            total += model(x.to(dev), y.to(dev))[1].item() * x.numel()
-            n += x.numel()
-    finally:
-        model.set_schedule(saved)
+    for x, y in batches:
+        total += model(x.to(dev), y.to(dev), schedule=list(schedule))[1].item() * x.numel()
+        n += x.numel()
     return total / n
 
 

@@ -57,7 +57,7 @@ batched, sorted by length, right-padded (causal attention never sees the padding
 
 The depth axis. Every task and metric runs at
   --loops=1,2,4,8   passes of the shared block (test-time depth extrapolation beyond the trained count; through
-                    loop.py's elastic-depth hook: M passes of step 1/M, so LoopFormer's t and dt follow)
+                    loop.py's elastic depth: M passes of step 1/M, so LoopFormer's t and dt follow)
   --budget=2,4      LoopFormer's elastic budgets M <= L (the same uniform M steps; --schedule=4,2,1,1 for one
                     trajectory in units of 1/L)
   --exit_tau=...    training-free early exit at the trained depth with early_exit.py's criteria (--criterion)
@@ -102,7 +102,7 @@ import string
 import sys
 import time
 from collections import namedtuple
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
 
 import numpy as np
 import torch
@@ -510,7 +510,7 @@ def rolling_windows(tokens, prefix, max_len):
 # =====================================================================================================================
 # the depth axis
 
-# name: for tables; schedule: None (the model's own) | int M | list of step sizes; criterion/tau/fill: an exit rule
+# name: for tables; schedule: None (the trained depth) | int M | list of step sizes; criterion/tau/fill: an exit rule
 Setting = namedtuple("Setting", "name schedule criterion tau fill", defaults=(None, None, 0.0, "propagate"))
 
 
@@ -543,20 +543,6 @@ def depth_settings(model, cfg):
     return out
 
 
-@contextmanager
-def at_depth(model, setting):
-    """Run the model at the setting's schedule (loop.py's elastic-depth hook), restoring its own afterwards."""
-    if setting.schedule is None:
-        yield
-        return
-    saved = model.schedule
-    model.set_schedule(setting.schedule)
-    try:
-        yield
-    finally:
-        model.set_schedule(saved)
-
-
 def encode_pair(tok, context, continuation):
     """Token ids (context, continuation) as lm-evaluation-harness's TemplateLM makes them: an empty context is the
     end-of-text token; trailing spaces of the context go to the continuation; the continuation's tokens are those
@@ -584,18 +570,18 @@ class Scorer:
         self.batch_size, self.batch_tokens, self.shared = batch_size, batch_tokens, shared
         self.autocast = autocast or nullcontext
         self.T = model.config.block_size
-        with at_depth(model, setting):
-            self.labels = early_exit.depth_labels(model)
-            self.cands = early_exit.exit_candidates(model, self.labels) if setting.criterion else []
-            self.costs = self.token_costs()
+        self.labels = early_exit.depth_labels(model, setting.schedule)
+        self.cands = early_exit.exit_candidates(model, self.labels) if setting.criterion else []
+        self.costs = self.token_costs()
         self.reset()
 
     # ---- FLOPs ----
     def token_costs(self):
         """Per-token forward FLOPs as (a, b): a + b * context, for a token that is not scored (no readout) and for
         a scored one at each exit choice k = 0..K (K: full depth), from early_exit.step_flops (scaling.py's units)."""
-        steps0, head, fill, other = early_exit.step_flops(self.model, self.labels, 0)
-        slope = [b - a for a, b in zip(steps0, early_exit.step_flops(self.model, self.labels, 1)[0])]
+        schedule = self.setting.schedule
+        steps0, head, fill, other = early_exit.step_flops(self.model, self.labels, 0, schedule=schedule)
+        slope = [b - a for a, b in zip(steps0, early_exit.step_flops(self.model, self.labels, 1, schedule=schedule)[0])]
         coda = coda_positions(self.labels)
         coda0, coda1 = sum(steps0[i] for i in coda), sum(slope[i] for i in coda)
         s, K = self.setting, len(self.cands)
@@ -640,7 +626,7 @@ class Scorer:
         scored = tgt >= 0
         y = tgt[scored]
         x = model.embed(inp, pos)
-        walk = model.walk(x, model.rope(pos, inp.size(1)), cache, {})
+        walk = model.walk(x, model.rope(pos, inp.size(1)), cache, {}, s.schedule)
         K = len(self.cands)
         k_exit = torch.full_like(y, K)
         early = None
@@ -678,10 +664,10 @@ class Scorer:
         frozen, frozen_mask = None, torch.zeros_like(scored)
 
         def freezing(walk):  # exited tokens keep their state: later layers' KV slots are filled from it (propagate)
-            for label, h in walk:
+            for label, h, cond in walk:
                 if frozen is not None and label.part == "loop":
                     h.copy_(torch.where(frozen_mask[..., None], frozen, h))
-                yield label, h
+                yield label, h, cond
 
         for cand in early_exit.scored_candidates(model, x, freezing(walk), self.cands, [s.criterion], cache,
                                                  rows=scored):
@@ -720,7 +706,7 @@ class Scorer:
     def score(self, groups):
         results = [[None] * len(g) for g in groups]
         singles, shared = [], []
-        with at_depth(self.model, self.setting), self.autocast():
+        with self.autocast():
             for gi, group in enumerate(groups):
                 rows = [self.window(c, t) for c, t in group]
                 p = shared_prefix(rows) if (self.shared and len(rows) > 1) else 0
@@ -786,9 +772,10 @@ class Scorer:
         dev = next(model.parameters()).device
         rows = [row for group in groups for row in group]
         width = max(len(seq) - 1 - p for seq, _ in rows)
-        cache = KVCache(model.n_slots(), len(groups), p + width)
+        schedule = self.setting.schedule
+        cache = KVCache(model.n_slots(schedule), len(groups), p + width)
         prefix = torch.tensor([group[0][0][:p] for group in groups], device=dev)
-        last(model.walk(model.embed(prefix), model.rope(0, p), cache, {}))
+        last(model.walk(model.embed(prefix), model.rope(0, p), cache, {}, schedule))
         cache.pos = p
         self.count(p * len(groups), len(groups) * p * (p + 1) // 2, self.costs["plain"])
         owner = torch.repeat_interleave(torch.arange(len(groups), device=dev),
@@ -812,9 +799,9 @@ class Scorer:
         ids = (list(context_ids) or [self.tok.eot])[-(self.T - max_new):]  # the context's end, as the harness
         dev = next(model.parameters()).device
         out = []
-        with at_depth(model, s), self.autocast():
-            cache = KVCache(model.n_slots(), 1, len(ids) + max_new)
-            logits = model(torch.tensor([ids], device=dev), cache=cache)[0][:, -1]
+        with self.autocast():
+            cache = KVCache(model.n_slots(s.schedule), 1, len(ids) + max_new)
+            logits = model(torch.tensor([ids], device=dev), cache=cache, schedule=s.schedule)[0][:, -1]
             self.count(len(ids), len(ids) * (len(ids) + 1) // 2, self.costs["plain"])
             for step in range(max_new):
                 nxt = logits[:, :model.config.vocab_size].argmax(-1, keepdim=True)
@@ -825,10 +812,10 @@ class Scorer:
                     break
                 ctx = cache.pos + 1
                 logits, st = early_exit.decode_step(model, nxt, cache, self.labels, self.cands, s.criterion,
-                                                    s.tau, s.fill)
+                                                    s.tau, s.fill, s.schedule)
                 st["context"] = ctx
                 self.tokens += 1
-                self.flops += early_exit.decode_flops(model, self.labels, [st])[0]
+                self.flops += early_exit.decode_flops(model, self.labels, [st], s.schedule)[0]
         text = self.tok.decode(out)
         for u in until:
             text = text.split(u)[0]

@@ -17,15 +17,16 @@ Depth plans (config keys, not the papers' symbols; DESIGN.md maps them):
   sandwich_norm=True, loop_cond="iteradaln".
 Per-loop conditioning of the shared blocks (loop_cond): "index" (TMLT: the loop index), "loopformer" (normalised
 time t and step size dt), "iteradaln" (iteration + per-token state). Residual-branch multipliers (Wang et al.
-2026, arXiv:2606.18524): residual_scaling. Elastic depth (Jeddi et al. 2026): run the walk with any schedule of
-step sizes (set_schedule / walk(schedule=...)), and train with the shortcut-consistency objective (elastic).
+2026, arXiv:2606.18524): residual_scaling. Elastic depth (Jeddi et al. 2026): run forward, generate or the walk
+with any schedule of step sizes (schedule=...), and train with the shortcut-consistency objective (elastic), whose
+trajectories are drawn from the generator passed as forward's rng (trajectory_rng: seeded by the micro-batch).
 
 The walk (LoopedGPT.walk) is the only forward code path: forward, generation, early exit and analyses all use it.
 The blocks are compiled one by one (GPT.compile_blocks) and the loop stays in Python, so a new loop count never
 recompiles a block: per-loop conditioning and residual multipliers enter the block as tensor arguments.
 
-Also here: build_model / load_model (the one place turning configs and checkpoints into models) and MuonH, the
-optimizer of Schwethelm et al. (train.py --optimizer=muonh).
+Also here: build_model / load_model (the one place turning configs and checkpoints into models); MuonH, the
+optimizer of Schwethelm et al. (train.py --optimizer=muonh), lives in optim.py.
 """
 import math
 import os
@@ -155,16 +156,23 @@ class IterAdaLNModulator(nn.Module):
 
 class LoopCond:
     """What Block.forward receives as `cond` in one pass: the block's modulator bound to this pass's embedding c.
-    A plain object, so the compiled block traces through it and c (a tensor) is a graph input."""
+    A plain object, so the compiled block traces through it and c (a tensor) is a graph input. The walk yields it
+    with the block's output state; outside torch.compile it keeps what it returned, out = {"attn": (scale, shift,
+    gate), "ffn": (...)} (any of them None), for the conditioning statistics (analyze.py)."""
 
     def __init__(self, modulator, c):
-        self.modulator, self.c = modulator, c
+        self.modulator, self.c, self.out = modulator, c, {}
+
+    def keep(self, branch, result):
+        if not torch.compiler.is_compiling():
+            self.out[branch] = result
+        return result
 
     def attn(self, x):
-        return self.modulator.attn(x, self.c)
+        return self.keep("attn", self.modulator.attn(x, self.c))
 
     def ffn(self, m):
-        return self.modulator.ffn(m, self.c)
+        return self.keep("ffn", self.modulator.ffn(m, self.c))
 
 
 # -----------------------------------------------------------------------------------------------------------------
@@ -361,6 +369,12 @@ def uniform_schedule(n):
     return [1.0 / n] * n
 
 
+def trajectory_rng(seed, index):
+    """The generator of the elastic objective's draws for one micro-batch (LoopedGPT.forward's rng): seeded by
+    (seed, global micro-batch index), so resumed and DDP runs sample exactly what one uninterrupted process would."""
+    return np.random.default_rng([int(seed), int(index), 0x100F])
+
+
 # -----------------------------------------------------------------------------------------------------------------
 # the model
 
@@ -369,7 +383,9 @@ class LoopedGPT(GPT):
     """GPT whose depth is a plan of (layer, loop) steps. self.blocks holds the prelude, the shared block and the
     coda modules, in that order; Label.layer indexes it."""
 
-    def __init__(self, config):
+    def __init__(self, config, res_scale=None):
+        """res_scale: the multiplier on the shared blocks' branches, by default residual_multiplier(config) when
+        residual_scaling is on (analyze.py's non-shared stack passes the one of a deeper loop)."""
         super().__init__(config)
         cfg, C = config, config.n_embd
         self.norm_embed = RMSNorm(C, cfg.norm_eps, cfg.norm_gain) if cfg.loop_norm else None
@@ -379,15 +395,13 @@ class LoopedGPT(GPT):
         self.between_name = between.name
         self.loop_embed = ScalarEmbedder(C) if cfg.loop_cond != "none" else None  # index / t / iteration k
         self.step_embed = ScalarEmbedder(C) if cfg.loop_cond == "loopformer" else None  # dt
-        eps = residual_multiplier(cfg)
-        if cfg.residual_scaling != "none":  # a tensor, so that the compiled block never specialises on its value
+        # the branch multipliers as a tensor, so that the compiled block never specialises on their value
+        if cfg.residual_scaling != "none" or res_scale is not None:
+            eps = residual_multiplier(cfg) if res_scale is None else res_scale
             scales = [eps if self.part(i) == "loop" else 1.0 for i in range(len(self.blocks))]
             self.register_buffer("res_scales", torch.tensor(scales), persistent=False)
         else:
             self.res_scales = None
-        self.schedule = None  # elastic depth: None = n_loop uniform steps (see set_schedule)
-        self.sample_index, self.sample_seed = None, 0  # the trajectory sampler's position (set_micro_batch)
-        self.sample_counter = 0
 
     # ---- structure ----
     @property
@@ -415,20 +429,17 @@ class LoopedGPT(GPT):
             block.modulator = kind(cfg.n_embd, cfg.cond_init)
         return block
 
-    def loop_count(self, schedule=None):
-        return len(self.resolve_schedule(schedule))
-
-    def n_slots(self):
+    def n_slots(self, schedule=None):
         c = self.config
-        return c.n_prelude + self.loop_count() * c.n_layer + c.n_coda
+        return c.n_prelude + self.loop_count(schedule) * c.n_layer + c.n_coda
 
-    def block_executions(self, training=True):
-        """(forward runs, backward runs) per module of self.blocks in one forward pass at the current schedule.
-        Truncated BPTT: the shared layers run n_loop times but build a graph only in the last bptt_loops passes.
-        training=True adds the elastic objective's expected extra work: the LoopFormer shortcut pass runs
-        E[S] = n_loop/2 more times; random_depth runs E[S] = (n_loop+1)/2 passes instead of n_loop."""
+    def block_executions(self, training=True, schedule=None):
+        """(forward runs, backward runs) per module of self.blocks in one forward pass at the schedule (None: the
+        trained n_loop passes). Truncated BPTT: the shared layers run n_loop times but build a graph only in the last
+        bptt_loops passes. training=True adds the elastic objective's expected extra work: the LoopFormer shortcut
+        pass runs E[S] = n_loop/2 more times; random_depth runs E[S] = (n_loop+1)/2 passes instead of n_loop."""
         cfg = self.config
-        n = self.loop_count()
+        n = self.loop_count(schedule)
         fwd, bwd = n, (min(cfg.bptt_loops, n) if cfg.bptt_loops else n)
         if training and cfg.elastic == "shortcut":
             fwd, bwd = fwd + n / 2, bwd + n / 2
@@ -436,13 +447,13 @@ class LoopedGPT(GPT):
             fwd = bwd = (n + 1) / 2
         return [(fwd, bwd) if self.part(i) == "loop" else (1, 1) for i in range(len(self.blocks))]
 
-    def module_executions(self, training=True):
+    def module_executions(self, training=True, schedule=None):
         """Runs per token (forward, backward) of the modules that do not run exactly once per token, for
         scaling.py: the end-of-pass norm runs once per pass, the module between the passes as its runs() says (a
         linear injection once per pass; hyper-connection lane mixing is its extra_macs()); the loop embedders and
         the adaLN modulators of TMLT / LoopFormer work once per pass per sequence (0 per token)."""
         cfg = self.config
-        per_pass = self.block_executions(training)[cfg.n_prelude]
+        per_pass = self.block_executions(training, schedule)[cfg.n_prelude]
         runs = self.between.runs(per_pass)
         out = {} if runs is None else {self.between_name: runs}
         if self.norm_loop is not None:
@@ -454,9 +465,8 @@ class LoopedGPT(GPT):
 
     # ---- elastic depth ----
     def resolve_schedule(self, schedule=None):
-        """A schedule is a list of step sizes dt summing to 1 (one pass each), or an int M (M uniform steps).
-        None means the model's current schedule (set_schedule), by default n_loop uniform steps."""
-        schedule = self.schedule if schedule is None else schedule
+        """A schedule is a list of step sizes dt summing to 1 (one pass each), or an int M (M uniform steps): elastic
+        evaluation at budget M (Jeddi et al. 2026, Algorithm 2). None means the trained depth, n_loop uniform steps."""
         if schedule is None:
             return uniform_schedule(self.config.n_loop)
         if isinstance(schedule, int):
@@ -470,23 +480,6 @@ class LoopedGPT(GPT):
             raise ValueError(f"{type(self.between).__name__} has parameters for n_loop={most} passes; "
                              f"a schedule of {len(schedule)} steps is too long")
         return schedule
-
-    def set_schedule(self, schedule=None):
-        """Run every later forward (and generate) with this schedule: an int M or a list of step sizes; None
-        restores n_loop uniform steps. Elastic evaluation at budget M (Jeddi et al. 2026, Algorithm 2)."""
-        self.resolve_schedule(schedule)  # validate now
-        self.schedule = schedule
-
-    def set_micro_batch(self, index, seed=0):
-        """Seed the trajectory sampler of the elastic objective from (seed, global micro-batch index) so resumed
-        and DDP runs sample exactly what one uninterrupted process would. train.py calls it before each forward."""
-        self.sample_index, self.sample_seed = int(index), int(seed)
-
-    def sampler_rng(self):
-        index = self.sample_index
-        if index is None:  # nobody called set_micro_batch: fall back to a counter (deterministic, not resumable)
-            index, self.sample_counter = self.sample_counter, self.sample_counter + 1
-        return np.random.default_rng([self.sample_seed, index, 0x100F])
 
     # ---- the depth walk ----
     def loop_embedding(self, loop, t, dt):
@@ -506,19 +499,18 @@ class LoopedGPT(GPT):
         return LoopCond(self.blocks[i].modulator, c) if c is not None else None
 
     def run_block(self, i, x, rope, cache, slot, loop, c, aux):
-        block = self.blocks[i]
-        if hasattr(block.ffn, "loop"):  # moe.py records (layer, loop) of each routing decision
-            block.ffn.loop = loop
+        """Run block i in pass `loop` conditioned by c; returns (its output, the conditioning it ran with)."""
         cond = self.block_cond(i, c)
         res_scale = self.res_scales[i] if self.res_scales is not None else 1.0
-        x, block_aux = block(x, rope, cache, slot, cond, res_scale)
+        x, block_aux = self.blocks[i](x, rope, cache, slot, cond, res_scale, loop)
         add_aux(aux, block_aux)
-        return x
+        return x, cond
 
     def walk(self, x, rope, cache=None, aux=None, schedule=None):
-        """Yield (Label, state) after every effective layer. x: embedded input (B, T, C). At the last layer of a
-        pass (boundary=True) the state is what the coda would read: after the end-of-pass norm, and with
-        hyper-connections the pooled lanes. Passes before the last bptt_loops run without a graph."""
+        """Yield (Label, state, conditioning) after every effective layer. x: embedded input (B, T, C). At the last
+        layer of a pass (boundary=True) the state is what the coda would read: after the end-of-pass norm, and with
+        hyper-connections the pooled lanes. conditioning: the LoopCond the layer ran with, or None. Passes before the
+        last bptt_loops run without a graph. schedule: the passes' step sizes (resolve_schedule)."""
         cfg = self.config
         aux = {} if aux is None else aux
         steps = self.resolve_schedule(schedule)
@@ -527,8 +519,8 @@ class LoopedGPT(GPT):
         if self.norm_embed is not None:
             x = self.norm_embed(x)
         for i in range(P):
-            x = self.run_block(i, x, rope, cache, index, 0, None, aux)
-            yield Label(index, i, 0, False, "prelude"), x
+            x, cond = self.run_block(i, x, rope, cache, index, 0, None, aux)
+            yield Label(index, i, 0, False, "prelude"), x, cond
             index += 1
 
         e = x  # the prelude output, injected into every pass
@@ -544,34 +536,34 @@ class LoopedGPT(GPT):
                 u = u_in = self.between.read(state, e, loop)  # the pass input
             for j in range(K):
                 with frozen:
-                    u = self.run_block(P + j, u, rope, cache, index, loop, c, aux)
+                    u, cond = self.run_block(P + j, u, rope, cache, index, loop, c, aux)
                 if j < K - 1:
-                    yield Label(index, P + j, loop, False, "loop"), u
+                    yield Label(index, P + j, loop, False, "loop"), u, cond
                     index += 1
             with frozen:
                 s = self.norm_loop(u) if self.norm_loop is not None else u
                 state = self.between.write(state, s, u_in, loop)
                 h = self.between.pool(state)
-            yield Label(index, P + K - 1, loop, True, "loop"), h
+            yield Label(index, P + K - 1, loop, True, "loop"), h, cond
             index += 1
             t += dt
 
         yield from self.coda(h, rope, cache, aux, index)
 
     def coda(self, x, rope, cache, aux, index, first=0):
-        """Run the coda on x from its module `first` (counted within the coda) on, yielding (Label, state) after
-        each; index: the effective-layer index (and KV-cache slot) of that first module. The walk ends with it, and
-        final_state runs it on an early exit."""
+        """Run the coda on x from its module `first` (counted within the coda) on, yielding (Label, state,
+        conditioning) after each; index: the effective-layer index (and KV-cache slot) of that first module. The walk
+        ends with it, and final_state runs it on an early exit."""
         start = self.config.n_prelude + self.config.n_layer
         for j in range(first, self.config.n_coda):
-            x = self.run_block(start + j, x, rope, cache, index, 0, None, aux)
-            yield Label(index, start + j, 0, False, "coda"), x
+            x, cond = self.run_block(start + j, x, rope, cache, index, 0, None, aux)
+            yield Label(index, start + j, 0, False, "coda"), x, cond
             index += 1
 
-    def final_state(self, h, label, cache=None):
+    def final_state(self, h, label=None, cache=None):
         """The state the final norm reads, from a state anywhere in the walk. An early exit before the end of the
-        coda runs the rest of the coda on it (its KV-cache slots are the last ones, written by every token); a state
-        in the middle of a pass first gets the end-of-pass norm. label None means h is already final."""
+        coda runs the rest of the coda on it (its KV-cache slots are the last ones of the cache, written by every
+        token); a state in the middle of a pass first gets the end-of-pass norm. label None means h is final."""
         cfg = self.config
         if label is not None and label.part == "loop" and not label.boundary and self.norm_loop is not None:
             h = self.norm_loop(h)
@@ -581,17 +573,13 @@ class LoopedGPT(GPT):
         if first >= cfg.n_coda:
             return h
         pos = cache.pos if cache is not None else 0
-        slot = self.n_slots() - (cfg.n_coda - first)
+        slot = len(cache.slots) - (cfg.n_coda - first) if cache is not None else 0  # (no cache: no slot is read)
         return last(self.coda(h, self.rope(pos, h.size(1)), cache, {}, slot, first))[1]
 
-    def readout(self, h, label=None, cache=None):
-        """Logits of a state from the walk: the rest of the coda first when h was not produced by its end (early
-        exit), then the final norm and the head."""
-        return super().readout(self.final_state(h, label, cache), label)
-
     # ---- training objectives for elastic depth (Jeddi et al. 2026, arXiv:2602.11451) ----
-    def forward(self, idx, targets=None, cache=None):
-        """As GPT.forward. In training mode with elastic != 'none' the objective adds weighted terms to aux:
+    def forward(self, idx, targets=None, cache=None, schedule=None, rng=None):
+        """As GPT.forward. In training mode with elastic != 'none' the objective adds weighted terms to aux, drawing
+        from rng (a numpy Generator: trajectory_rng(seed, micro-batch index); None: fresh entropy, not reproducible):
         shortcut      LoopFormer: aux['shortcut_ce'] = l1*CE(a sampled shortcut trajectory), aux['consistency'] =
                       l2*MSE(stopgrad(final-normed state of the full trajectory), that of the shortcut)
         early_exit    Base-Loop-EE-Cons / TMLT-EE: the same two terms for the state after S ~ U{1..L-1} plain
@@ -600,16 +588,16 @@ class LoopedGPT(GPT):
                       after S ~ U{1..L} passes, S drawn per micro-batch."""
         cfg = self.config
         if not (self.training and targets is not None and cache is None and cfg.elastic != "none"):
-            return super().forward(idx, targets, cache)
-        rng = self.sampler_rng()
+            return super().forward(idx, targets, cache, schedule)
+        rng = np.random.default_rng() if rng is None else rng
         x, rope, aux = self.embed(idx), self.rope(0, idx.size(1)), {}
-        L = self.loop_count()
+        L = self.loop_count(schedule)
         if cfg.elastic == "random_depth":
             label, h = last(self.walk(x, rope, None, aux, schedule=int(rng.integers(1, L + 1))))
             logits = self.readout(h, label)
             return logits, self.loss(logits, targets), aux
         if cfg.elastic == "shortcut":
-            label, h = last(self.walk(x, rope, None, aux))
+            label, h = last(self.walk(x, rope, None, aux, schedule))
             units = sample_trajectory(L, rng, cfg.trajectory_sampler)
             short_aux = {}
             label_s, h_s = last(self.walk(x, rope, None, short_aux, schedule=[u / L for u in units]))
@@ -617,11 +605,11 @@ class LoopedGPT(GPT):
         else:  # early_exit: the state after S passes of the full walk
             S = int(rng.integers(1, L))
             label_s = h_s = None
-            for label, h in self.walk(x, rope, None, aux):
+            for label, h, _ in self.walk(x, rope, None, aux, schedule):
                 if label.boundary and label.loop == S - 1:
                     label_s, h_s = label, h
         final, final_s = self.final_state(h, label), self.final_state(h_s, label_s)
-        logits, logits_s = super().readout(final, label), super().readout(final_s, label_s)
+        logits, logits_s = self.logits(final), self.logits(final_s)
         loss = self.loss(logits, targets)
         aux["shortcut_ce"] = cfg.shortcut_weight * self.loss(logits_s, targets)
         if cfg.consistency_on == "hidden":  # Algorithm 1 and the released code: the final-normed hidden state
@@ -656,7 +644,7 @@ class LoopedGPT(GPT):
 def last(walk):
     """The final (Label, state) of a walk."""
     label = h = None
-    for label, h in walk:
+    for label, h, _ in walk:
         pass
     return label, h
 

@@ -9,7 +9,8 @@ the parts they share: GPTConfig, RMSNorm, RoPE, attention (SDPA, flash kernels o
 its hooks (per-loop conditioning, residual multiplier, sandwich norm, MoE), the KV cache, muP-aware init and
 optimizer parameter groups.
 
-One method walks the depth: `GPT.walk` yields the hidden state after every effective layer with its Label.
+One method walks the depth: `GPT.walk` yields the hidden state after every effective layer with its Label (and
+the conditioning the layer ran with).
 forward(), early exit and every analysis use that same walk, so there is one code path for all of them.
 """
 import math
@@ -490,7 +491,8 @@ class Block(nn.Module):
       them None, applied as norm(x)*(1+scale)+shift and gate*branch (adaLN, as in LoopFormer/TMLT/IterAdaLN);
       .ffn receives m, the state after the attention update (IterAdaLN conditions on it);
     - sandwich norm (Chen et al. 2026, arXiv:2606.04438): an RMSNorm on each branch output before the add.
-    The FFN is a dense MLP or an MoE layer (moe.py); an MoE layer returns (y, aux) with its auxiliary losses.
+    The FFN is a dense MLP or an MoE layer (moe.py); an MoE layer also takes the pass index `loop` (its routing
+    records carry it) and returns (y, aux) with its auxiliary losses.
     """
 
     def __init__(self, config, ffn=None):
@@ -500,6 +502,7 @@ class Block(nn.Module):
         self.norm_ffn = RMSNorm(config.n_embd, config.norm_eps, config.norm_gain)
         self.ffn = ffn if ffn is not None else MLP(config)
         self.returns_aux = getattr(self.ffn, "returns_aux", False)
+        self.modulator = None  # per-loop conditioning: loop.py gives the shared blocks of a conditioned loop one
         if config.sandwich_norm:
             self.post_attn = RMSNorm(config.n_embd, config.norm_eps, config.norm_gain)
             self.post_ffn = RMSNorm(config.n_embd, config.norm_eps, config.norm_gain)
@@ -512,7 +515,8 @@ class Block(nn.Module):
         scale, shift, gate = cond.attn(x) if cond is not None else (None, None, None)
         return modulate(self.norm_attn(x), scale, shift), gate
 
-    def forward(self, x, rope, cache=None, slot=0, cond=None, res_scale=1.0):
+    def forward(self, x, rope, cache=None, slot=0, cond=None, res_scale=1.0, loop=0):
+        """loop: the pass this call belongs to, for the routing records of an MoE layer (moe.py)."""
         h, gate = self.attention_input(x, cond)
         a = self.attn(h, rope, cache, slot)
         if self.post_attn is not None:
@@ -524,7 +528,7 @@ class Block(nn.Module):
         h = modulate(h, scale, shift)
         aux = None
         if self.returns_aux:
-            f, aux = self.ffn(h)
+            f, aux = self.ffn(h, loop)
         else:
             f = self.ffn(h)
         if self.post_ffn is not None:
@@ -599,6 +603,12 @@ class _ChunkedCrossEntropy(torch.autograd.Function):
 
 
 class GPT(nn.Module):
+    """The plain transformer, and the one-pass case of every method LoopedGPT (loop.py) overrides: both classes
+    take the same arguments, so callers never ask which one they hold. A schedule (the step sizes of the passes,
+    loop.py's elastic depth) and rng (the random generator of an elastic training objective) are arguments, never
+    state of the model."""
+    between = None  # what happens between loop passes (loop.py); a plain model has no passes to join
+
     def __init__(self, config):
         super().__init__()
         self.config = config
@@ -623,14 +633,31 @@ class GPT(nn.Module):
         """The FFN of layer `index` is an MoE layer when the config has experts (moe.py decides per layer)."""
         return Block(self.config, make_ffn(self.config, index))
 
-    def n_slots(self):
+    def resolve_schedule(self, schedule=None):
+        """The step sizes of the passes: a plain model makes one pass, [1.0] (None, 1 or [1.0] ask for it)."""
+        if not (schedule is None or schedule == 1 or (not isinstance(schedule, int) and list(schedule) == [1.0])):
+            raise ValueError(f"a plain model makes one pass: the schedule {schedule!r} needs a looped model")
+        return [1.0]
+
+    def loop_count(self, schedule=None):
+        return len(self.resolve_schedule(schedule))
+
+    def n_slots(self, schedule=None):
         """KV-cache slots: one per executed (loop, layer) step."""
+        self.resolve_schedule(schedule)
         return len(self.blocks)
 
-    def block_executions(self):
+    def block_executions(self, training=True, schedule=None):
         """How often each module in self.blocks runs in one forward pass (and how many of those runs build a
-        graph for backward): a list of (forward runs, backward runs). scaling.py counts compute with it."""
+        graph for backward): a list of (forward runs, backward runs). scaling.py counts compute with it.
+        training=True adds the extra work of a training objective (none here)."""
+        self.resolve_schedule(schedule)
         return [(1, 1)] * len(self.blocks)
+
+    def module_executions(self, training=True, schedule=None):
+        """{module name: (forward runs, backward runs) per token} of the modules that do not run exactly once per
+        token (scaling.py): none in a plain model."""
+        return {}
 
     def after_optimizer_step(self, world_size=1):
         """Work that follows each optimizer step: the bias-balancing update of MoE routers (moe.py)."""
@@ -650,32 +677,45 @@ class GPT(nn.Module):
             raise ValueError(f"sequence of {pos + T} tokens exceeds block_size={self.config.block_size}")
         return self.rope_cos[pos:pos + T], self.rope_sin[pos:pos + T]
 
-    def walk(self, x, rope, cache=None, aux=None):
-        """Yield (Label, hidden state) after every effective layer. x: embedded input (B, T, C)."""
+    def walk(self, x, rope, cache=None, aux=None, schedule=None):
+        """Yield (Label, hidden state, conditioning) after every effective layer. x: embedded input (B, T, C);
+        aux: a dict that collects the MoE layers' auxiliary terms; conditioning: what the block ran with (loop.py's
+        LoopCond, None here)."""
+        self.resolve_schedule(schedule)
         aux = {} if aux is None else aux
         last = len(self.blocks) - 1
         for i, block in enumerate(self.blocks):
             x, block_aux = block(x, rope, cache, i)
             add_aux(aux, block_aux)
-            yield Label(i, i, 0, i == last, "loop"), x
+            yield Label(i, i, 0, i == last, "loop"), x, None
 
-    def readout(self, h, label=None):
-        """Hidden state -> logits (final norm, head, optional softcap). LoopedGPT runs its coda first."""
+    def final_state(self, h, label=None, cache=None):
+        """The state the final norm reads, from a state of the walk: h itself (LoopedGPT runs the rest of its
+        coda first)."""
+        return h
+
+    def readout(self, h, label=None, cache=None):
+        """Logits of a state of the walk (labelled `label`; cache: the KV cache a coda then writes to)."""
+        return self.logits(self.final_state(h, label, cache))
+
+    def logits(self, h):
+        """Final state -> logits (final norm, head, optional softcap)."""
         logits = self.lm_head(self.norm_f(h))
         if self.config.logit_softcap > 0:
             c = self.config.logit_softcap
             logits = c * torch.tanh(logits.float() / c)
         return logits
 
-    def forward(self, idx, targets=None, cache=None):
+    def forward(self, idx, targets=None, cache=None, schedule=None, rng=None):
         """Returns (logits, loss, aux). loss is the next-token cross entropy (None without targets); aux holds
         the extra terms of the training objective, already weighted (MoE balancing, LoopFormer shortcuts...):
-        train on loss + sum(aux.values())."""
+        train on loss + sum(aux.values()). schedule: the passes' step sizes (None: the trained depth); rng: the
+        random generator of an elastic training objective (LoopedGPT)."""
         pos = cache.pos if cache is not None else 0
         x = self.embed(idx, pos)
         aux = {}
         label = None
-        for label, x in self.walk(x, self.rope(pos, idx.size(1)), cache, aux):
+        for label, x, _ in self.walk(x, self.rope(pos, idx.size(1)), cache, aux, schedule):
             pass
         logits = self.readout(x, label)
         if cache is not None:
@@ -689,7 +729,7 @@ class GPT(nn.Module):
 
     def states(self, idx):
         """All (Label, hidden state) pairs of one full forward pass, for analyses (no grad, eager)."""
-        return list(self.walk(self.embed(idx), self.rope(0, idx.size(1))))
+        return [(label, h) for label, h, _ in self.walk(self.embed(idx), self.rope(0, idx.size(1)))]
 
     # ---- init and optimizer groups (muP as in Lee et al. 2026, arXiv:2605.09165, §3) ----
     def param_role(self, name, p):
@@ -763,19 +803,19 @@ class GPT(nn.Module):
 
     # ---- generation ----
     @torch.no_grad()
-    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, generator=None):
-        """Sample continuations with the KV cache. idx: (B, T) prompt token ids."""
+    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, generator=None, schedule=None):
+        """Sample continuations with the KV cache. idx: (B, T) prompt token ids; schedule as in forward."""
         B, T = idx.shape
         if T + max_new_tokens > self.config.block_size:
             raise ValueError(f"prompt ({T}) + max_new_tokens ({max_new_tokens}) exceeds block_size="
                              f"{self.config.block_size}")
-        cache = KVCache(self.n_slots(), B, T + max_new_tokens)
-        logits, _, _ = self(idx, cache=cache)
+        cache = KVCache(self.n_slots(schedule), B, T + max_new_tokens)
+        logits, _, _ = self(idx, cache=cache, schedule=schedule)
         out = [idx]
         for _ in range(max_new_tokens):
             nxt = sample_next(logits[:, -1, :self.config.vocab_size], temperature, top_k, generator)
             out.append(nxt)
-            logits, _, _ = self(nxt, cache=cache)
+            logits, _, _ = self(nxt, cache=cache, schedule=schedule)
         return torch.cat(out, dim=1)
 
 

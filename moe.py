@@ -49,7 +49,7 @@ Counters and records:
   counters over the others' at every forward (the bias itself stays equal on all ranks by construction).
 - `with record_routing(model) as records:` makes every MoE call append {layer, loop, shape, experts (N,K),
   gates (N,K), router_input (N,C)} (detached, CPU). Off by default, skipped under torch.compile tracing.
-  `layer` is the physical layer index, `loop` the loop index that loop.py sets on the module before each call.
+  `layer` is the physical layer index, `loop` the loop index the block passes down with each call.
 
 Capacity balancing (Chen et al. 2026, arXiv:2606.04438, §3.4) counts the built model, so it lives in scaling.py
 (capacity_report, match_flops, rebalance); moe.py measures what it needs from routing: unique_experts_per_token()
@@ -113,7 +113,7 @@ class MoE(nn.Module):
         self.lb_coef, self.z_coef, self.seq_coef = config.moe_lb_coef, config.moe_z_coef, config.moe_seq_coef
         self.bias_rate, self.capacity_factor = config.moe_bias_rate, config.moe_capacity_factor
         self.dispatch = config.moe_dispatch
-        self.layer, self.loop = layer_index, 0  # loop.py sets `loop` before each call
+        self.layer = layer_index
         self.router = nn.Linear(C, E, bias=False)
         # (E, out, in) like nn.Linear: p.size(-1) is the fan-in, as GPT.init_weights assumes for uniform init
         self.w_up = nn.Parameter(torch.empty(E, U, C))  # rows [value; gate] for SwiGLU
@@ -194,7 +194,8 @@ class MoE(nn.Module):
         return min(N, math.ceil(self.capacity_factor * N * self.top_k / self.n_expert))
 
     # ---- forward ----
-    def forward(self, h):
+    def forward(self, h, loop=0):
+        """h (B, T, C); loop: the pass of a looped model this call belongs to (only the routing records read it)."""
         B, T, C = h.shape
         x_NC = h.reshape(B * T, C)
         logits_NE, probs_NE, experts_NK, gates_NK = self.route(x_NC)
@@ -204,7 +205,7 @@ class MoE(nn.Module):
             self.expert_load += load_E
         aux = self.balance_losses(logits_NE, probs_NE, experts_NK, load_E, B)
         if not torch.compiler.is_compiling() and self._records is not None:
-            self._records.append(dict(layer=self.layer, loop=self.loop, shape=(B, T),
+            self._records.append(dict(layer=self.layer, loop=loop, shape=(B, T),
                                       experts=experts_NK.detach().cpu(), gates=gates_NK.detach().cpu(),
                                       router_input=x_NC.detach().float().cpu()))
         dtype = compute_dtype(h)

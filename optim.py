@@ -78,9 +78,10 @@ def decay_weights(optimizer, wd, schedule=1.0):
 
 
 def train_step(model, optimizer, get_batch, accum=1, ctx=nullcontext(), grad_clip=0.0, weight_decay=0.0,
-               schedule=1.0, world_size=1):
+               schedule=1.0, world_size=1, rng=None):
     """One optimizer step: forward and backward over `accum` micro-batches (get_batch(i) -> (x, y)), each scaled
-    by 1/accum; gradient clipping; independent weight decay (0 = none); the optimizer step; the model's
+    by 1/accum, with rng(i) the random generator of micro-batch i for an elastic objective (forward's rng; None:
+    fresh entropy, loop.py); gradient clipping; independent weight decay (0 = none); the optimizer step; the model's
     after-step work. With DDP only the last micro-batch synchronises gradients. Returns the mean loss and the mean
     auxiliary losses as tensors on the device (no host sync) and the gradient norm before clipping (or None)."""
     raw = model.module if isinstance(model, DDP) else model
@@ -90,7 +91,7 @@ def train_step(model, optimizer, get_batch, accum=1, ctx=nullcontext(), grad_cli
         if isinstance(model, DDP):
             model.require_backward_grad_sync = micro == accum - 1
         with ctx:
-            _, loss, aux = model(x, y)
+            _, loss, aux = model(x, y, rng=rng(micro) if rng is not None else None)
             objective = loss + sum(aux.values()) if aux else loss
         (objective / accum).backward()
         loss_sum = loss_sum + loss.detach() / accum

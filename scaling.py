@@ -17,14 +17,15 @@ computed at every pass; tied embeddings are stored once. Two FLOP conventions:
   n_head*head_dim, T = sequence length); a forward-only run (truncated BPTT) costs 2 per parameter and 4*h*q*T
   instead of 6 and 12*h*q*T; hyper-connection lane mixing costs 6 * (K^2 + 2K) * d per pass.
 
-A model may define `module_executions()` -> {module name: (forward runs, backward runs)} for modules that do not
+The model's `module_executions()` -> {module name: (forward runs, backward runs)} lists the modules that do not
 run exactly once per token (input injection, per-pass norms; 0 for per-sequence work; "lm_head" when an objective
-reads out twice), and a `between` module (loop.py) whose extra_macs() are multiply-adds per pass that no parameter
-unit counts (hyper-connection lane mixing). Both methods may take `training` (False: one inference forward pass).
+reads out twice), and its `between` module (loop.py; None for a plain model) has extra_macs(), multiply-adds per
+pass that no parameter unit counts (hyper-connection lane mixing). Both methods take `training` (False: one
+inference forward pass) and `schedule` (the passes' step sizes, loop.py's elastic depth; None: the trained depth),
+as every count below does.
 """
 import dataclasses
 import glob
-import inspect
 import itertools
 import json
 import math
@@ -36,6 +37,7 @@ import numpy as np
 import torch
 
 from data import TOKENIZER_VOCAB  # a named tokenizer sets the vocabulary train.py trains with (data.training_vocab)
+from moe import MoE
 
 # -----------------------------------------------------------------------------------------------------------------
 # accounting
@@ -49,23 +51,15 @@ Unit = namedtuple("Unit", "name kind stored active fwd bwd attn_width decode_att
 
 def _ffn_active_adjustment(block):
     """Active minus stored parameters of a block's FFN: negative for an MoE layer (only top_k experts run)."""
-    counts = getattr(getattr(block, "ffn", None), "param_counts", None)
-    if counts is None:
+    if not isinstance(block.ffn, MoE):
         return 0
-    return counts()["active"] - sum(p.numel() for p in block.ffn.parameters())
+    return block.ffn.param_counts()["active"] - sum(p.numel() for p in block.ffn.parameters())
 
 
-def _runs(method, training):
-    """Call block_executions / module_executions with training= when the model's version takes it."""
-    if "training" in inspect.signature(method).parameters:
-        return method(training=training)
-    return method()
-
-
-def compute_units(model, training=True):
+def compute_units(model, training=True, schedule=None):
     """The model as accounting units: embeddings, modules declared by module_executions(), blocks, every other
     child module, the head. The stored counts sum to the model's parameters (asserted). training=False: the runs of
-    one inference forward pass (no extra passes of a training objective)."""
+    one inference forward pass (no extra passes of a training objective); schedule: the passes' step sizes."""
     cfg = model.config
     seen = set()
 
@@ -86,7 +80,7 @@ def compute_units(model, training=True):
 
     # modules whose runs per token the model declares (deepest names first, so a submodule can differ from its
     # parent; a submodule of a block, like a per-sequence modulator, leaves the block's count)
-    declared = dict(_runs(model.module_executions, training)) if hasattr(model, "module_executions") else {}
+    declared = dict(model.module_executions(training, schedule))
     head_runs = declared.pop("lm_head", (1, 1))
     modules = dict(model.named_modules())
     for name in sorted(declared, key=lambda n: -n.count(".")):
@@ -98,7 +92,7 @@ def compute_units(model, training=True):
     declared_ids = set(seen)
 
     # blocks: a module listed twice in `blocks` is one module that runs at both places
-    executions = _runs(model.block_executions, training)
+    executions = model.block_executions(training, schedule)
     if len(executions) != len(model.blocks):
         raise ValueError(f"block_executions() has {len(executions)} entries for {len(model.blocks)} blocks")
     runs = {}
@@ -157,16 +151,15 @@ def count_params(model):
     return c
 
 
-def between_pass_flops(model, train=True):
+def between_pass_flops(model, train=True, schedule=None):
     """FLOPs per token of the module between loop passes that its parameter units do not count (its extra_macs()
     per pass, see loop.py; hyper-connections' lane mixing: 6 * n_loop * (K^2 + 2K) * d, Schwethelm et al. 2026,
     arXiv:2604.21106, App. G.1): 2 per multiply-add forward and 4 more backward; passes without backward
     (truncated BPTT) cost 2 instead of 6."""
-    between = getattr(model, "between", None)
-    macs = between.extra_macs() if between is not None else 0
+    macs = model.between.extra_macs() if model.between is not None else 0
     if not macs:
         return 0.0
-    shared = [u for u in compute_units(model, train) if u.kind == "block" and u.fwd > 1]
+    shared = [u for u in compute_units(model, train, schedule) if u.kind == "block" and u.fwd > 1]
     fwd, bwd = (shared[0].fwd, shared[0].bwd) if shared else (1, 1)  # the passes of the shared block
     return float((2 * fwd + (4 * bwd if train else 0)) * macs)
 
@@ -223,7 +216,7 @@ def kv_cache_per_token(model):
     x = torch.zeros(1, 1, model.config.n_embd, device=p.device, dtype=p.dtype)
     rope = model.rope(0, 1)
     widths = [sum(t.size(1) * t.size(-1) for t in block.attn.cache_entry(x, rope)) for block in model.blocks]
-    runs = [f for f, _ in _runs(model.block_executions, False)]  # a layer's runs per token = its cache slots
+    runs = [f for f, _ in model.block_executions(False)]  # a layer's runs per token = its cache slots
     assert sum(runs) == model.n_slots(), "cache slots and block executions disagree"
     return max(widths), sum(w * f for w, f in zip(widths, runs))
 
@@ -282,24 +275,23 @@ def capacity_counts(config):
     if key in _CAPACITY:
         return _CAPACITY[key]
     model = model_on_meta(config)
-    declared = dict(_runs(model.module_executions, False)) if hasattr(model, "module_executions") else {}
+    declared = model.module_executions(False)
     runs, layers, modulators = {}, [], 0
-    for block, (fwd, _) in zip(model.blocks, _runs(model.block_executions, False)):
+    for block, (fwd, _) in zip(model.blocks, model.block_executions(False)):
         runs[id(block)] = runs.get(id(block), 0) + fwd
     for i, block in enumerate(model.blocks):
         if id(block) not in runs:
             continue  # a module listed twice in `blocks` is one layer that runs at both places
         layer = dict(attn=sum(p.numel() for p in block.attn.parameters()), runs=runs.pop(id(block)))
-        if hasattr(block.ffn, "param_counts"):  # an MoE layer
+        if isinstance(block.ffn, MoE):
             c = block.ffn.param_counts()
             layer.update(per_expert=c["per_expert"], n_shared=c["shared"] // c["per_expert"],
                          router_row=block.ffn.router.in_features, hidden=block.ffn.w_down.size(-1))
         else:
             layer.update(dense=sum(p.numel() for p in block.ffn.parameters()))
-        modulator = getattr(block, "modulator", None)
-        if modulator is not None:  # runs with its block unless the model declares otherwise (per sequence: 0)
+        if block.modulator is not None:  # runs with its block unless the model declares otherwise (per sequence: 0)
             per_token = declared.get(f"blocks.{i}.modulator", (layer["runs"], 0))[0]
-            modulators += per_token * sum(p.numel() for p in modulator.parameters())
+            modulators += per_token * sum(p.numel() for p in block.modulator.parameters())
         layers.append(layer)
     counts = count_params(model)
     _CAPACITY[key] = dict(N=counts["params_unique"], F=counts["params_active"], modulators=modulators, layers=layers)

@@ -28,7 +28,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from configurator import ConfigError, configure, run
 from data import TokenData, default_data_dir, ensure_data, hf_of, training_vocab
-from loop import build_model, pick_device, read_checkpoint
+from loop import build_model, pick_device, read_checkpoint, trajectory_rng
 from model import GPTConfig
 from optim import lr_multiplier, make_optimizer, set_lr, train_step
 import scaling
@@ -542,13 +542,14 @@ def main(argv=None):
 
         def get_batch(micro):
             x, y = data.get_batch(step, micro, env.rank, env.world_size, env.accum, cfg["batch_size"], T, cfg["seed"])
-            if hasattr(raw_model, "set_micro_batch"):  # seeds LoopFormer's trajectory sampler by the batch index
-                raw_model.set_micro_batch(step * cfg["grad_accum"] + micro * env.world_size + env.rank, cfg["seed"])
             return x.to(env.device, non_blocking=True), y.to(env.device, non_blocking=True)
+
+        def rng(micro):  # LoopFormer's trajectory sampler, seeded by the global micro-batch index
+            return trajectory_rng(cfg["seed"], step * cfg["grad_accum"] + micro * env.world_size + env.rank)
 
         loss_sum, aux_sums, grad_norm = train_step(
             model, optimizer, get_batch, env.accum, env.ctx, cfg["grad_clip"],
-            cfg["weight_decay"] if cfg["wd_independent"] else 0.0, schedule, env.world_size)
+            cfg["weight_decay"] if cfg["wd_independent"] else 0.0, schedule, env.world_size, rng)
         tokens_since += tokens_per_step
         if env.ddp:
             dist.all_reduce(loss_sum, op=dist.ReduceOp.AVG)

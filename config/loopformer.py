@@ -9,7 +9,7 @@
 #   Base-Loop-EE-Cons --loop_cond=none --elastic=early_exit TMLT-EE       --loop_cond=index --elastic=early_exit
 #   Naive-Loop-EE     --loop_cond=none --elastic=random_depth
 #   Base (24 (x) 1)   --n_layer=24 --n_loop=1 --loop_cond=none --elastic=none
-# Elastic evaluation at budget M: model.set_schedule(M) or a list of step sizes (early_exit.py).
+# Elastic evaluation at budget M: model(idx, schedule=M) or a list of step sizes (early_exit.py).
 # Init as the released code (the paper gives none): N(0, 0.02), attention and MLP c_proj N(0, 0.02^2/(2*n_layer))
 # with n_layer the unique blocks (3 here; 24 for Base 24 (x) 1, as its released config), modulators zero (the paper).
 n_layer = 3

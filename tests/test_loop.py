@@ -1,6 +1,7 @@
 """Tests of loop.py: every depth plan against a hand-unrolled reference, conditioning at init, truncated BPTT,
 hyper-connections, residual multipliers measured with hooks, trajectories and elastic depth, the KV cache, compile
 once for every loop count, the elastic objectives, MuonH, the LR rules. Tiny models, CPU, a few seconds each."""
+import inspect
 import itertools
 import math
 import os
@@ -18,7 +19,7 @@ import loop  # noqa: E402
 from loop import HyperConnections, LoopedGPT, build_model, sample_trajectory  # noqa: E402
 import optim  # noqa: E402
 from optim import MuonH, MuonHAdamW  # noqa: E402
-from model import GPT, GPTConfig, KVCache  # noqa: E402
+from model import GPT, Block, GPTConfig, KVCache  # noqa: E402
 
 V, T = 61, 12
 
@@ -162,20 +163,58 @@ def test_readout_of_an_early_state_runs_the_coda():
     assert (m.readout(h1, label1) - full).abs().max() > 1e-5
 
 
-def test_ffn_loop_attribute_is_set_for_moe_records():
+def test_gpt_and_looped_gpt_take_the_same_arguments():
+    """Callers never ask which model class they hold: GPT has the one-pass version of every depth method."""
+    for name in ("forward", "walk", "final_state", "readout", "generate", "resolve_schedule", "loop_count", "n_slots",
+                 "block_executions", "module_executions"):
+        assert inspect.signature(getattr(GPT, name)) == inspect.signature(getattr(LoopedGPT, name)), name
+
+
+def test_a_plain_model_makes_one_pass_and_refuses_more():
+    m = GPT(tiny()).init_weights(0)
+    idx = tokens()
+    ref = m(idx)[0]
+    for schedule in (1, [1.0]):
+        assert torch.equal(m(idx, schedule=schedule)[0], ref)
+    assert m.n_slots(1) == 2 and m.block_executions(False, 1) == [(1, 1)] * 2 and m.module_executions() == {}
+    with pytest.raises(ValueError, match="one pass"):
+        m(idx, schedule=2)
+
+
+def test_the_walk_hands_out_what_each_layer_was_conditioned_with():
+    m = make(n_loop=3, n_prelude=1, n_coda=1, loop_cond="iteradaln", cond_init="normal").eval()
+    x = m.embed(tokens())
+    with torch.no_grad():
+        steps = list(m.walk(x, m.rope(0, T)))
+        assert [cond is None for _, _, cond in steps] == [label.part != "loop" for label, _, _ in steps]
+        (_, h0, _), (label, _, cond) = steps[:2]  # the prelude's output is the first pass's input (no injection)
+        assert label.part == "loop" and label.loop == 0
+        c = m.loop_embedding(0, 0.0, 1 / 3)  # IterAdaLN: the embedding of iteration 1
+        for got, want in zip(cond.out["attn"], m.blocks[1].modulator.attn(h0, c)):
+            torch.testing.assert_close(got, want)
+
+
+def test_res_scale_sets_the_shared_blocks_multiplier_at_construction():
+    m = LoopedGPT(tiny(n_loop=1, n_prelude=1), res_scale=0.25)
+    assert m.res_scales.tolist() == [1.0, 0.25, 0.25]
+
+
+def test_ffn_receives_the_loop_index_for_moe_records():
     m = make(n_loop=3, n_prelude=1)
 
     class Recorder(nn.Module):
+        returns_aux = True  # an FFN like moe.MoE: takes the loop index, returns (y, aux)
+
         def __init__(self):
             super().__init__()
-            self.loop, self.seen = None, []
+            self.seen = []
 
-        def forward(self, x):
-            self.seen.append(self.loop)
-            return torch.zeros_like(x)
+        def forward(self, x, loop):
+            self.seen.append(loop)
+            return torch.zeros_like(x), {}
 
     rec = Recorder()
-    m.blocks[1].ffn = rec
+    m.blocks[1] = Block(m.config, rec)
     m(tokens())
     assert rec.seen == [0, 1, 2]
 
@@ -429,21 +468,18 @@ def test_elastic_evaluation_at_full_budget_equals_the_plain_forward():
     idx = tokens()
     plain, _, _ = m(idx)
     for schedule in (4, [0.25] * 4):
-        m.set_schedule(schedule)
-        assert torch.equal(m(idx)[0], plain)
-    m.set_schedule([0.5, 0.25, 0.25])
-    assert m.n_slots() == 6 and not torch.allclose(m(idx)[0], plain, atol=1e-4)
-    m.set_schedule(None)
+        assert torch.equal(m(idx, schedule=schedule)[0], plain)
+    short = [0.5, 0.25, 0.25]
+    assert m.n_slots(short) == 6 and not torch.allclose(m(idx, schedule=short)[0], plain, atol=1e-4)
     assert m.n_slots() == 8
     with pytest.raises(ValueError, match="summing to 1"):
-        m.set_schedule([0.5, 0.4])
+        m(idx, schedule=[0.5, 0.4])
 
 
 def test_loopformer_objective_terms():
     m = make(n_loop=4, loop_cond="loopformer", cond_init="normal", elastic="shortcut").train()
     idx = tokens()
-    m.set_micro_batch(5, seed=1)
-    logits, loss, aux = m(idx, idx)
+    logits, loss, aux = m(idx, idx, rng=loop.trajectory_rng(1, 5))
     units = sample_trajectory(4, np.random.default_rng([1, 5, 0x100F]), "uniform")
     assert units != [1, 1, 1, 1] and sum(units) == 4  # a real shortcut, so that the two branches differ
     x, rope = m.embed(idx), m.rope(0, T)
@@ -471,8 +507,7 @@ def test_loopformer_objective_terms():
 def test_early_exit_and_random_depth_objectives():
     m = make(n_loop=4, loop_cond="index", cond_init="normal", elastic="early_exit", consistency_on="logits").train()
     idx = tokens()
-    m.set_micro_batch(2, seed=0)
-    _, loss, aux = m(idx, idx)
+    _, loss, aux = m(idx, idx, rng=loop.trajectory_rng(0, 2))
     S = int(np.random.default_rng([0, 2, 0x100F]).integers(1, 4))
     states = [h for label, h in m.states(idx) if label.boundary]
     logits_s, logits = m.readout(states[S - 1]), m.readout(states[-1])
@@ -480,11 +515,23 @@ def test_early_exit_and_random_depth_objectives():
     torch.testing.assert_close(aux["consistency"], 0.1 * F.mse_loss(logits_s, logits))
 
     m = make(n_loop=4, elastic="random_depth").train()
-    m.set_micro_batch(9, seed=0)
-    _, loss, aux = m(idx, idx)
+    _, loss, aux = m(idx, idx, rng=loop.trajectory_rng(0, 9))
     S = int(np.random.default_rng([0, 9, 0x100F]).integers(1, 5))
-    m.set_schedule(S)
-    torch.testing.assert_close(loss, m.eval()(idx, idx)[1])
+    torch.testing.assert_close(loss, m.eval()(idx, idx, schedule=S)[1])
+
+
+def test_train_step_hands_each_micro_batch_its_generator():
+    """optim.train_step gives micro-batch i the generator rng(i) (train.py: trajectory_rng(seed, its global index)),
+    so the elastic objective draws per micro-batch what a resumed run draws again."""
+    m = make(n_loop=4, elastic="random_depth").train()
+    idx = tokens()
+    opt = torch.optim.SGD(m.parameters(), lr=0.0)
+    loss, _, _ = optim.train_step(m, opt, lambda i: (idx, idx), accum=2, rng=lambda i: loop.trajectory_rng(3, 10 + i))
+    depths = [int(loop.trajectory_rng(3, 10 + i).integers(1, 5)) for i in range(2)]
+    assert depths[0] != depths[1]
+    with torch.no_grad():
+        expected = sum(m.eval()(idx, idx, schedule=S)[1] for S in depths) / 2
+    torch.testing.assert_close(loss, expected)
 
 
 # -----------------------------------------------------------------------------------------------------------------
@@ -503,12 +550,11 @@ def test_cached_decode_equals_full_forward(plan):
     m = make(**CACHE_PLANS[plan]).eval()
     idx = tokens()
     for schedule in ([None, 2] if plan == "loopformer" else [None]):
-        m.set_schedule(schedule)
-        full, _, _ = m(idx)
-        cache = KVCache(m.n_slots(), idx.size(0), T)
-        pieces = [m(idx[:, :5], cache=cache)[0]]
+        full, _, _ = m(idx, schedule=schedule)
+        cache = KVCache(m.n_slots(schedule), idx.size(0), T)
+        pieces = [m(idx[:, :5], cache=cache, schedule=schedule)[0]]
         for t in range(5, T):
-            pieces.append(m(idx[:, t:t + 1], cache=cache)[0])
+            pieces.append(m(idx[:, t:t + 1], cache=cache, schedule=schedule)[0])
         torch.testing.assert_close(torch.cat(pieces, dim=1), full, rtol=1e-4, atol=1e-5)
 
 
@@ -523,11 +569,9 @@ def test_compiling_the_block_once_serves_every_loop_count():
         first = m(idx)[0]
         graphs = counters["stats"]["unique_graphs"]
         for n in (2, 3, 6, 1):
-            m.set_schedule(n)
-            m(idx)
+            m(idx, schedule=n)
     assert counters["stats"]["unique_graphs"] == graphs <= 2  # one for the prelude block, one for a shared block
     assert not counters["graph_break"]
-    m.set_schedule(None)
     with torch.no_grad():
         torch.testing.assert_close(m(idx)[0], first)
     torch._dynamo.reset()

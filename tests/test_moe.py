@@ -323,8 +323,7 @@ def test_records_of_a_hand_built_router():
     assert m._records is None
     with moe.record_routing(torch.nn.ModuleList([m])) as records:
         for loop, pairs in plans.items():
-            m.loop = loop
-            m(torch.stack([token(i, j) for i, j in pairs]).view(1, 3, 32))
+            m(torch.stack([token(i, j) for i, j in pairs]).view(1, 3, 32), loop)
     assert m._records is None  # recording is off again
     m(torch.randn(1, 3, 32))
     assert len(records) == 2

@@ -215,26 +215,35 @@ class InjectedLoop(GPT):
         self.n_loop, self.n_grad = n_loop, n_grad or n_loop
         self.inject = nn.Linear(2 * config.n_embd, config.n_embd, bias=False)
 
-    def block_executions(self):
+    def block_executions(self, training=True, schedule=None):
         return [(self.n_loop, self.n_grad)] * len(self.blocks)
 
-    def module_executions(self):
+    def module_executions(self, training=True, schedule=None):
         return {"inject": (self.n_loop, self.n_grad)}
 
-    def walk(self, x, rope, cache=None, aux=None):
+    def walk(self, x, rope, cache=None, aux=None, schedule=None):
         e, h = x, x
         for loop in range(self.n_loop):
             with torch.set_grad_enabled(torch.is_grad_enabled() and loop >= self.n_loop - self.n_grad):
                 h = self.inject(torch.cat([e, h], dim=-1))
                 for i, block in enumerate(self.blocks):
                     h, _ = block(h, rope)
-                    yield Label(i, i, loop, i == len(self.blocks) - 1, "loop"), h
+                    yield Label(i, i, loop, i == len(self.blocks) - 1, "loop"), h, None
 
 
 def small_config(**kw):
     base = dict(n_layer=2, n_embd=64, head_dim=16, vocab_size=97, block_size=32)
     base.update(kw)
     return GPTConfig(**base)
+
+
+def test_counts_follow_the_schedule_they_are_given():
+    """An elastic-depth evaluation at M passes (eval.py --loops=M) counts M runs of every per-pass module."""
+    from loop import build_model
+    model = build_model(small_config(n_loop=4, n_prelude=1, injection="linear", loop_norm=True, hc_lanes=0))
+    for schedule, passes in ((None, 4), (2, 2), ([0.5, 0.25, 0.25], 3)):
+        runs = {u.name: u.fwd for u in scaling.compute_units(model, False, schedule)}
+        assert runs["blocks.1"] == runs["inject"] == runs["norm_loop"] == passes and runs["blocks.0"] == 1
 
 
 def test_shared_weights_stored_once_computed_every_pass():
