@@ -1,0 +1,122 @@
+"""The GPU path, tested on the CPU: no host read (a GPU sync) in a steady-state training step, batches prefetched
+one ahead, the MFU peak table, optional wandb logging, and bench.py's GPU preset."""
+import json
+import os
+import sys
+import types
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import data
+import model
+import train
+from test_train import TINY, data_dir, losses  # noqa: F401 (data_dir is a fixture)
+
+HOST_READS = ("item", "tolist", "__float__", "__int__", "__bool__", "__index__", "__array__")
+LOOPED_MOE = ["--n_layer=2", "--n_loop=2", "--n_expert=4", "--top_k=2", "--moe_dispatch=grouped",
+              "--moe_bias_rate=0.001", "--grad_accum=2"]
+
+
+def run_counting_reads(argv, monkeypatch):
+    """train.main(argv) with every host read of a tensor counted; returns the reads per training step: entry s
+    counts those from the start of step s to the start of step s + 1 (its log line, the next step's evaluation),
+    entry 0 those before the first step (the first evaluation)."""
+    per_step, real = [0], {name: getattr(torch.Tensor, name) for name in HOST_READS}
+    real_step = train.train_step
+
+    def step(*args, **kwargs):
+        per_step.append(0)
+        return real_step(*args, **kwargs)
+    monkeypatch.setattr(train, "train_step", step)
+    for name in HOST_READS:
+        def counted(self, *args, _real=real[name], **kwargs):
+            per_step[-1] += 1
+            return _real(self, *args, **kwargs)
+        setattr(torch.Tensor, name, counted)
+    try:
+        train.main(argv)
+    finally:
+        for name in HOST_READS:
+            setattr(torch.Tensor, name, real[name])
+    return per_step
+
+
+def test_a_steady_state_step_reads_nothing_on_the_host(data_dir, tmp_path, monkeypatch):
+    """A looped MoE model (grouped dispatch, bias balancing, 2 micro-batches per step), the GPU's code path run on
+    the CPU: no host read between log and eval steps, exactly one read per log line and per evaluation. Its
+    losses are those of the CPU's own kernels (chunked cross-entropy)."""
+    monkeypatch.setattr(train, "peak_flops", lambda *a: 1e12)  # not the 2 s matmul timing: MFU is not tested here
+    argv = TINY + data_dir + LOOPED_MOE + ["--max_iters=12", "--log_interval=5", "--eval_interval=6"]
+    cpu_path = str(tmp_path / "cpu")
+    train.main(argv + [f"--out_dir={cpu_path}"])
+    monkeypatch.setattr(model, "cpu_kernels", lambda t: False, raising=False)  # the GPU's cross-entropy
+    reads = run_counting_reads(argv + [f"--out_dir={tmp_path / 'gpu'}"], monkeypatch)
+    # before step 0: eval; steps 0, 10: log; 5, 11: log + the eval of the step after; the rest: nothing
+    assert reads == [1, 1, 0, 0, 0, 0, 2, 0, 0, 0, 0, 1, 2]
+    gpu_losses = losses(tmp_path / "gpu")
+    assert list(gpu_losses) == [0, 5, 10, 11]
+    assert gpu_losses == pytest.approx(losses(cpu_path), rel=1e-5)
+
+
+def test_prefetched_batches_are_the_batches_of_their_step(data_dir, tmp_path, monkeypatch):
+    """train.py's batches, fetched one ahead, are exactly TokenData.get_batch(step, micro) for the micro-batch the
+    model trains on (a control read here, without the prefetcher), and the losses are those of a run without
+    the look-ahead."""
+    monkeypatch.setattr(train, "peak_flops", lambda *a: 1e12)
+    argv = TINY + data_dir + ["--max_iters=3", "--grad_accum=2", "--eval_interval=3"]
+    seen, real_step = [], train.train_step
+
+    def step(model, optimizer, get_batch, *args, **kwargs):
+        def recorded(micro):
+            seen.append(get_batch(micro))
+            return seen[-1]
+        return real_step(model, optimizer, recorded, *args, **kwargs)
+    monkeypatch.setattr(train, "train_step", step)
+    train.main(argv + [f"--out_dir={tmp_path / 'ahead'}"])
+    tokens = data.TokenData(data_dir[2].split("=", 1)[1])
+    expected = [tokens.get_batch(s, m, 0, 1, 2, 4, 32, 1337) for s in range(3) for m in range(2)]
+    assert len(seen) == len(expected) == 6
+    for (x, y), (ex, ey) in zip(seen, expected):
+        assert torch.equal(x, ex) and torch.equal(y, ey)
+    monkeypatch.setattr(train.Prefetcher, "get", lambda self, key, next_key: self.load(key))  # no look-ahead
+    train.main(argv + [f"--out_dir={tmp_path / 'plain'}"])
+    assert losses(tmp_path / "ahead") == losses(tmp_path / "plain")
+
+
+def test_the_prefetcher_fetches_each_batch_once_and_ahead():
+    fetched = []
+
+    def fetch(key):
+        fetched.append(key)
+        return torch.full((1, 2), key), torch.full((1, 2), key + 1)
+    p = data.Prefetcher(fetch, "cpu")
+    x, _ = p.get(0, 1)
+    assert fetched == [0, 1] and x[0, 0] == 0  # the batch asked for, and the next one read ahead
+    x, y = p.get(1, 2)
+    assert fetched == [0, 1, 2] and x[0, 0] == 1 and y[0, 0] == 2
+    x, _ = p.get(5, 6)  # not the one read ahead (e.g. after a resume): fetched on the spot
+    assert fetched == [0, 1, 2, 5, 6] and x[0, 0] == 5
+
+
+def test_a_muonh_step_reads_nothing_on_the_host(monkeypatch):
+    """MuonH chooses the plain Muon step for a zero matrix on the device (`if radius == 0` was a sync per matrix);
+    the step is still the renormalised one (tests/test_loop.py pins its values)."""
+    from optim import MuonH
+    torch.manual_seed(0)
+    p, z = torch.nn.Parameter(torch.randn(8, 6)), torch.nn.Parameter(torch.zeros(5, 4))
+    opt = MuonH([p, z], lr=0.1, weight_decay=0.0, momentum=0.95)
+    p.grad, z.grad = torch.randn(8, 6), torch.ones(5, 4)
+    radius, before = p.detach().norm().item(), p.detach().clone()
+    reads = []
+    for name in HOST_READS:
+        def counted(self, *args, _real=getattr(torch.Tensor, name), _name=name, **kwargs):
+            reads.append(_name)
+            return _real(self, *args, **kwargs)
+        monkeypatch.setattr(torch.Tensor, name, counted)
+    opt.step()
+    monkeypatch.undo()
+    assert reads == []
+    assert z.detach().abs().min() > 0  # the zero matrix moved (plain Muon step)
+    assert not torch.equal(p.detach(), before) and p.detach().norm().item() == pytest.approx(radius, rel=1e-6)
