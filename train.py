@@ -14,6 +14,7 @@ A run directory (out_dir) holds ckpt.pt, config.json, log.jsonl (one JSON object
 result.json.
 """
 import ctypes
+import importlib.util
 import json
 import math
 import os
@@ -43,6 +44,9 @@ collapse_evals = 3  # stop after this many evals in a row collapsed or no better
 eval_interval = 100  # steps between validation evaluations (and checkpoints)
 eval_tokens = 65536  # validation tokens per evaluation (a fixed set)
 log_interval = 10  # steps between log lines
+wandb_project = ""  # also log what log.jsonl logs to this Weights & Biases project (pip install wandb); "" = off
+wandb_run_name = ""  # the wandb run's name; "" = wandb picks one
+wandb_mode = "online"  # online | offline (written under ./wandb without a network; upload later with `wandb sync`)
 sample_tokens = 300  # tokens of text to print at the end (0 = none)
 # data
 data_source = "offline"  # offline | kjv | shakespeare | fineweb-edu (streamed as far as the run needs) | files:<glob>
@@ -80,9 +84,10 @@ seed = 1337  # seeds the init and the batch order
 # ---------------------------------------------------------------------------------------------------------------
 _CHOICES = dict(tokenizer=("auto", "byte", "gpt2"), flops_convention=("lee", "schwethelm"),
                 optimizer=("adamw", "muonh"), schedule=("wsd_sqrt", "wsd_linear", "cosine", "linear", "constant"),
-                dtype=("auto", "float32", "bfloat16"))
+                dtype=("auto", "float32", "bfloat16"), wandb_mode=("online", "offline"))
 # keys that may differ on --resume without changing the run, and those --resume_changes may change on purpose
-_RESUME_NEUTRAL = ("resume", "resume_changes", "overwrite", "out_dir", "log_interval", "sample_tokens")
+_RESUME_NEUTRAL = ("resume", "resume_changes", "overwrite", "out_dir", "log_interval", "sample_tokens", "wandb_project",
+                   "wandb_run_name", "wandb_mode")
 _RESUME_CHANGEABLE = ("max_iters", "flops_budget", "eval_interval", "eval_tokens", "collapse_evals", "data_dir",
                       "device", "compile")
 
@@ -105,6 +110,9 @@ def check_config(cfg):
                           "fineweb-edu | files:<glob>")
     if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", cfg["device"]):
         raise ConfigError(f"config error: --device={cfg['device']!r} is not one of auto | cpu | cuda | cuda:N")
+    if cfg["wandb_project"] and importlib.util.find_spec("wandb") is None:
+        raise ConfigError("config error: --wandb_project needs the wandb package: pip install wandb (or drop "
+                          "--wandb_project; log.jsonl holds the same records)")
     unknown = set(changed_keys(cfg)) - set(_RESUME_CHANGEABLE)
     if unknown:
         raise ConfigError(f"config error: --resume_changes names {', '.join(sorted(unknown))}: only "
@@ -438,22 +446,33 @@ def load_data(cfg, env, T, run_tokens):
 
 class RunLog:
     """log.jsonl and the console: one JSON object and one line per record (rank 0 only). A resumed run first
-    drops the lines it will write again."""
+    drops the lines it will write again. With --wandb_project every record also goes to a wandb run (wandb is
+    imported only then), whose config is `config`."""
 
-    def __init__(self, cfg, master, resume_step=None):
-        self.path, self.master = os.path.join(cfg["out_dir"], "log.jsonl"), master
+    def __init__(self, cfg, master, resume_step=None, config=None):
+        self.path, self.master, self.wandb = os.path.join(cfg["out_dir"], "log.jsonl"), master, None
         if master:
             kept = []
             if resume_step is not None and os.path.exists(self.path):
                 kept = [line for line in open(self.path) if json.loads(line)["step"] < resume_step]
             with open(self.path, "w") as f:
                 f.writelines(kept)
+            if cfg["wandb_project"]:
+                import wandb
+                self.wandb = wandb.init(project=cfg["wandb_project"], name=cfg["wandb_run_name"] or None,
+                                        mode=cfg["wandb_mode"], config=config)
 
     def __call__(self, record, line):
         if self.master:
             with open(self.path, "a") as f:
                 f.write(json.dumps(record) + "\n")
+            if self.wandb is not None:
+                self.wandb.log(record, step=record["step"])
             print(line, flush=True)
+
+    def close(self):
+        if self.wandb is not None:
+            self.wandb.finish()
 
 
 class Checkpoints:
@@ -537,7 +556,8 @@ def main(argv=None):
         with open(os.path.join(cfg["out_dir"], "config.json"), "w") as f:
             json.dump({"train": cfg, "model": model_cfg.to_dict(), "world_size": env.world_size, "data": data.meta},
                       f, indent=1)
-    log = RunLog(cfg, env.master, start_step if ckpt is not None else None)
+    log = RunLog(cfg, env.master, start_step if ckpt is not None else None,
+                 config={"train": cfg, "model": model_cfg.to_dict(), "world_size": env.world_size})
     if changes:
         log({"step": start_step, "event": "resume_changes", "changed": {k: list(v) for k, v in changes.items()}},
             "resumed with changed settings (not an exact continuation; max_iters and flops_budget move the "
@@ -632,6 +652,7 @@ def main(argv=None):
                 "frequencies (try another lr; see log.jsonl)")
         if cfg["sample_tokens"] > 0:
             print_sample(raw_model, data.meta["tokenizer"], cfg, env)
+    log.close()
     if env.ddp:
         dist.barrier()  # tear down together: a rank that leaves while the other still works can abort in gloo
         dist.destroy_process_group()

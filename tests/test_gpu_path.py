@@ -120,3 +120,68 @@ def test_a_muonh_step_reads_nothing_on_the_host(monkeypatch):
     assert reads == []
     assert z.detach().abs().min() > 0  # the zero matrix moved (plain Muon step)
     assert not torch.equal(p.detach(), before) and p.detach().norm().item() == pytest.approx(radius, rel=1e-6)
+
+
+def wandb_stand_in(calls):
+    """A module named wandb that records init, log and finish (the package is not a requirement)."""
+    import importlib.machinery
+    stub = types.ModuleType("wandb")
+    stub.__spec__ = importlib.machinery.ModuleSpec("wandb", None)
+
+    class Run:
+        def log(self, record, step=None):
+            calls.append(("log", json.loads(json.dumps(record)), step))
+
+        def finish(self):
+            calls.append(("finish",))
+    stub.init = lambda **kwargs: calls.append(("init", kwargs)) or Run()
+    return stub
+
+
+def test_wandb_logs_what_log_jsonl_logs(data_dir, tmp_path, monkeypatch):
+    monkeypatch.setattr(train, "peak_flops", lambda *a: 1e12)
+    argv = TINY + data_dir + ["--max_iters=3", "--eval_interval=2"]
+    calls = []
+    monkeypatch.setitem(sys.modules, "wandb", wandb_stand_in(calls))
+    out = tmp_path / "tracked"
+    train.main(argv + [f"--out_dir={out}", "--wandb_project=loops", "--wandb_run_name=r1", "--wandb_mode=offline"])
+    (kind, init), *logged, finish = calls
+    assert kind == "init" and finish == ("finish",)
+    assert (init["project"], init["name"], init["mode"]) == ("loops", "r1", "offline")
+    assert init["config"]["train"]["max_iters"] == 3 and init["config"]["model"]["n_layer"] == 2
+    records = [json.loads(line) for line in open(out / "log.jsonl")]
+    assert [c[1] for c in logged] == records and [c[2] for c in logged] == [r["step"] for r in records]
+    assert len(records) == 6  # evals at steps 0, 2, 3 and train logs at steps 0, 1, 2
+
+
+def test_wandb_is_imported_only_when_asked_for(data_dir, tmp_path, monkeypatch):
+    monkeypatch.setattr(train, "peak_flops", lambda *a: 1e12)
+    monkeypatch.setitem(sys.modules, "wandb", None)  # `import wandb` raises ImportError, find_spec finds nothing
+    argv = TINY + data_dir + ["--max_iters=1", "--eval_interval=1"]
+    train.main(argv + [f"--out_dir={tmp_path / 'plain'}"])  # never imports it
+    with pytest.raises(train.ConfigError, match=r"^config error: --wandb_project needs the wandb package: pip "
+                                                r"install wandb"):
+        train.main(argv + [f"--out_dir={tmp_path / 'tracked'}", "--wandb_project=loops"])
+    assert not os.path.exists(tmp_path / "tracked")  # refused before anything was written
+
+
+@pytest.mark.parametrize("name, peak", [
+    ("NVIDIA H100 80GB HBM3", 989e12), ("NVIDIA H100 PCIe", 756e12), ("NVIDIA H100 NVL", 835e12),
+    ("NVIDIA H200", 989e12), ("NVIDIA H200 NVL", 835e12), ("NVIDIA GH200 480GB", 989e12),
+    ("NVIDIA A100-SXM4-40GB", 312e12), ("NVIDIA A100 80GB PCIe", 312e12), ("NVIDIA L4", 121e12),
+    ("NVIDIA L40S", 362e12), ("NVIDIA L40", 181e12), ("NVIDIA A10", 125e12), ("NVIDIA GeForce RTX 4090", 165.2e12),
+    ("NVIDIA B200", 2250e12), ("AMD Instinct MI300X", 1307.4e12),
+    ("NVIDIA A10G", None), ("Tesla V100-SXM2-16GB", None), ("NVIDIA GeForce RTX 4090 D", None),
+])
+def test_the_gpu_peak_table_matches_device_names(name, peak):
+    assert train.gpu_bf16_peak(name) == peak
+
+
+def test_an_unknown_gpu_gets_no_mfu_rather_than_a_guess(monkeypatch):
+    said = []
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA A10G")
+    assert train.peak_flops("cuda", torch.bfloat16, said.append) is None
+    assert said == ["unknown device 'NVIDIA A10G': no MFU (add its dense bf16 peak to train.GPU_BF16_PEAK)"]
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA H100 PCIe")
+    assert train.peak_flops("cuda", torch.bfloat16, said.append) == 756e12
+    assert train.peak_flops("cuda", torch.float32, said.append) is None  # the table holds bf16 peaks
