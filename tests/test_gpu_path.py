@@ -185,3 +185,49 @@ def test_an_unknown_gpu_gets_no_mfu_rather_than_a_guess(monkeypatch):
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA H100 PCIe")
     assert train.peak_flops("cuda", torch.bfloat16, said.append) == 756e12
     assert train.peak_flops("cuda", torch.float32, said.append) is None  # the table holds bf16 peaks
+
+
+# ---- bench.py --preset=gpu (the parts a CPU can run) -------------------------------------------------------------
+
+def test_the_gpu_bench_refuses_a_cpu_with_one_line():
+    import bench
+    with pytest.raises(bench.ConfigError, match=r"^bench.py: --preset=gpu measures the GPU path \(d=1024, bf16, "
+                                                r"compiled\) and needs a CUDA device, not 'cpu'"):
+        bench.main(["--preset=gpu", "--device=cpu"])
+
+
+def test_the_gpu_bench_models_are_the_papers_presets_at_d1024():
+    import bench
+    shapes = {name: (c.n_embd, c.n_layer, c.n_loop, c.n_expert, c.top_k, c.vocab_size, c.block_size)
+              for name, c in ((n, bench.preset_model(p, ["--n_embd=1024"])) for n, p in bench.GPU_MODELS.items())}
+    assert shapes == {"base": (1024, 16, 1, 0, 2, 50257, 1024), "looped": (1024, 8, 2, 0, 2, 50257, 1024),
+                      "moe": (1024, 16, 1, 8, 2, 50257, 1024), "looped_moe": (1024, 8, 2, 8, 2, 50257, 1024)}
+    rows = [dict(model="base", step_s=1.0, flops_per_s=4.0), dict(model="looped", step_s=1.2, flops_per_s=3.0),
+            dict(model="moe", step_s=1.5, flops_per_s=2.0), dict(model="looped_moe", step_s=1.8, flops_per_s=1.0)]
+    assert bench.model_ratios(rows) == {"moe / base step time": 1.5, "looped_moe / looped step time": 1.5,
+                                        "looped / base tokens/s at equal executed FLOPs": 0.75}
+
+
+def test_graph_breaks_are_counted_per_block_and_for_the_gpu_loss(monkeypatch):
+    """torch._dynamo.explain runs on a CPU: a tiny looped MoE and a dense model (with the GPU's compiled loss)
+    trace without a graph break; one put into the block is counted in every block."""
+    import bench
+    x = torch.randint(0, 61, (2, 16))
+    tiny = dict(vocab_size=61, n_layer=2, n_embd=32, head_dim=16, block_size=16)
+    looped_moe = model.GPTConfig(**tiny, n_loop=2, n_expert=4, top_k=2)
+    assert bench.graph_breaks(looped_moe, "cpu", torch.autocast("cpu", torch.bfloat16), x) == {"block 0": 0,
+                                                                                               "block 1": 0}
+    for where in (model, bench):
+        monkeypatch.setattr(where, "cpu_kernels", lambda t: False)  # the GPU's loss, compiled by compile_blocks
+    dense = model.GPTConfig(**tiny)
+    assert bench.graph_breaks(dense, "cpu", torch.autocast("cpu", torch.bfloat16), x) == {"block 0": 0, "block 1": 0,
+                                                                                          "loss": 0}
+    real = model.Block.forward
+
+    def with_a_break(self, x, *args, **kwargs):
+        x = x * 1.0
+        torch._dynamo.graph_break()
+        return real(self, x, *args, **kwargs)
+    monkeypatch.setattr(model.Block, "forward", with_a_break)
+    assert bench.graph_breaks(dense, "cpu", torch.autocast("cpu", torch.bfloat16), x) == {"block 0": 1, "block 1": 1,
+                                                                                          "loss": 0}
