@@ -7,7 +7,6 @@ import types
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 import data
 import model
