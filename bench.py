@@ -18,27 +18,37 @@ bf16 needs hardware support on CPU (AVX512-BF16 or AMX-BF16 on x86, BF16 on Arm,
 reports it). Without it torch emulates bf16 at a small fraction of the fp32 rate (1.3 vs 61 GFLOP/s on one core of
 an AVX2-only AMD EPYC): both the steps and R would time the emulation, so bf16 is skipped with a one-line note.
 
-The setups (dtype x compile) are built and warmed up first, then timed in `rounds` interleaved rounds of `steps`
+On a GPU, one command measures the paper-scale path (Lee et al. 2026, arXiv:2605.09165, presets at d=1024, bf16,
+compiled): Base, Looped 8x2, MoE and Looped-MoE, each with its tokens/s, MFU, peak memory (weights, optimizer state
+and the step's transient peak), graph breaks per compiled block (torch._dynamo.explain; target 0) and whether a
+steady-state step is free of host syncs (torch.cuda.set_sync_debug_mode("error")), then the ratios MoE / dense step
+time and Looped / Base tokens/s at equal executed FLOPs:
+
+    python bench.py --device=cuda --preset=gpu --out=gpu.json     # any GPTConfig key still applies, e.g. --n_embd
+
+The setups (model x dtype x compile) are built and warmed up first, then timed in `rounds` interleaved rounds of `steps`
 steps each; each line is the median step. On a machine shared with other jobs wall-clock times mostly measure
 the neighbours: --clock=cpu times CPU seconds of this process instead (use it with --threads=1, where no thread
 ever waits for a descheduled sibling), which gives the MFU this code would reach on one quiet core.
 """
 import json
+import os
 import statistics
+import sys
 import time
 from contextlib import nullcontext
 
 import torch
 
-from configurator import configure
+from configurator import ConfigError, configure
 from loop import build_model, pick_device
-from model import GPTConfig
+from model import GPTConfig, cpu_kernels
 from optim import make_optimizer, train_step
 import scaling
 import train
 from train import cpu_matmul_rate, native_bf16
 
-preset = "default"  # default (train.py's model, byte vocab) | nanogpt (d=256, 8 layers, GPT-2 vocab, B=8, T=256)
+preset = "default"  # default (train.py's model) | nanogpt (d=256, 8 layers, GPT-2 vocab, B=8, T=256) | gpu (see above)
 batch_size = 16  # sequences per step (the nanogpt preset uses 8 unless given)
 dtypes = "float32,bfloat16"  # comma-separated dtypes to measure
 compiles = "False,True"  # comma-separated: eager and/or torch.compile per block
@@ -68,16 +78,89 @@ def runnable_dtypes(names, device_type):
     return names
 
 
+GPU_MODELS = {  # the GPU preset: Lee et al. 2026 (arXiv:2605.09165) presets at d=1024, bf16, compiled
+    "base": "config/sparse_base.py", "looped": "config/sparse_looped.py", "moe": "config/sparse_moe.py",
+    "looped_moe": "config/sparse_looped_moe.py"}
+
+
+def preset_model(path, overrides):
+    """GPTConfig of a train.py config file (its model keys; the training keys are read and dropped), with
+    --key=value overrides."""
+    train_keys = {k: v for k, v in vars(train).items() if not k.startswith("_")}
+    here = os.path.dirname(os.path.abspath(__file__))
+    return configure(train_keys, GPTConfig, [os.path.join(here, path)] + overrides, doc_source=train.__file__)[1]
+
+
+def graph_breaks(model_cfg, dev, ctx, x):
+    """Graph breaks of each block (and of the loss where GPT.compile_blocks compiles it) as torch.compile sees
+    them: torch._dynamo.explain of each forward on the arguments it gets in one training forward pass of an eager
+    copy of the model. Target 0. (explain resets dynamo's caches: run it after the timings.)"""
+    model = build_model(model_cfg).init_weights(0).to(dev)
+    calls = {}
+
+    def record(i):
+        def hook(module, args, kwargs):
+            calls.setdefault(i, (args, kwargs))  # the first call of each block (a looped block runs more often)
+        return hook
+    hooks = [block.register_forward_pre_hook(record(i), with_kwargs=True) for i, block in enumerate(model.blocks)]
+    with ctx:
+        logits, _, _ = model(x, x)
+    for h in hooks:
+        h.remove()
+    with ctx:
+        breaks = {f"block {i}": torch._dynamo.explain(model.blocks[i].forward)(*a, **k).graph_break_count
+                  for i, (a, k) in sorted(calls.items())}
+        if not cpu_kernels(logits):
+            breaks["loss"] = torch._dynamo.explain(model.loss)(logits, x).graph_break_count
+    return breaks
+
+
+def resident_bytes(model, optimizer):
+    """Bytes of the weights, buffers and optimizer state (what stays allocated between steps)."""
+    tensors = [*model.parameters(), *model.buffers()]
+    tensors += [v for st in optimizer.state.values() for v in st.values() if torch.is_tensor(v)]
+    return sum(t.numel() * t.element_size() for t in {id(t): t for t in tensors}.values())
+
+
+def probe_step(step, model, optimizer):
+    """One more steady-state step on CUDA: its peak memory (resident bytes + the step's transient peak) and
+    whether it ran free of host syncs (torch.cuda.set_sync_debug_mode('error') raises at the first one)."""
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        step()
+        sync_free, why = True, ""
+    except RuntimeError as e:
+        sync_free, why = False, str(e).strip().splitlines()[0]
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    torch.cuda.synchronize()
+    peak = torch.cuda.max_memory_allocated() - before + resident_bytes(model, optimizer)
+    return dict(peak_mem_gib=peak / 2 ** 30, sync_free=sync_free, sync_error=why)
+
+
 def main(argv=None):
+    argv = list(argv if argv is not None else sys.argv[1:])
     defaults = {k: v for k, v in globals().items() if not k.startswith("_")}
     cfg, model_cfg = configure(defaults, GPTConfig, argv, doc_source=__file__)
     cfg["device"] = pick_device(cfg["device"])
+    given = {a[2:].split("=", 1)[0] for a in argv if a.startswith("--")}
+    models = {cfg["preset"]: model_cfg}
     if cfg["preset"] == "nanogpt":
-        model_cfg = GPTConfig(**{**model_cfg.to_dict(), "n_embd": 256, "n_layer": 8, "block_size": 256,
-                                 "vocab_size": 50257, "mup": False})
-        cfg["batch_size"] = 8 if "--batch_size" not in " ".join(argv or []) else cfg["batch_size"]
+        models = {"nanogpt": GPTConfig(**{**model_cfg.to_dict(), "n_embd": 256, "n_layer": 8, "block_size": 256,
+                                          "vocab_size": 50257, "mup": False})}
+        cfg["batch_size"] = 8 if "batch_size" not in given else cfg["batch_size"]
+    elif cfg["preset"] == "gpu":
+        if not cfg["device"].startswith("cuda"):
+            raise ConfigError(f"bench.py: --preset=gpu measures the GPU path (d=1024, bf16, compiled) and needs a "
+                              f"CUDA device, not {cfg['device']!r}: run it with --device=cuda on a machine with a GPU")
+        keys = [a for a in argv if a.startswith("--") and a[2:].split("=", 1)[0] in GPTConfig.__dataclass_fields__]
+        models = {name: preset_model(path, ["--n_embd=1024"] + keys) for name, path in GPU_MODELS.items()}
+        cfg.update({k: v for k, v in dict(dtypes="bfloat16", compiles="True", warmup=3).items() if k not in given})
     elif cfg["preset"] != "default":
-        raise ValueError(f"preset must be default|nanogpt, got {cfg['preset']!r}")
+        raise ValueError(f"preset must be default|nanogpt|gpu, got {cfg['preset']!r}")
     dev = cfg["device"]
     on_cuda = dev.startswith("cuda")
     if not on_cuda:
@@ -85,40 +168,51 @@ def main(argv=None):
         train.keep_freed_memory()  # as train.py does on CPU
     now = timer(cfg["clock"])
     sync = torch.cuda.synchronize if on_cuda else (lambda: None)
-    T, B = model_cfg.block_size, cfg["batch_size"]
-    x = torch.randint(0, model_cfg.vocab_size, (B, T), device=dev)
+    B = cfg["batch_size"]
 
     dtypes = {name: {"float32": torch.float32, "bfloat16": torch.bfloat16}[name]
               for name in runnable_dtypes(cfg["dtypes"], "cuda" if on_cuda else "cpu")}
     # reference FLOP/s per dtype; on CPU measured before any model exists, then again after each round (the best)
     peaks = {dtype: train.peak_flops("cuda", dtype) if on_cuda else cpu_matmul_rate(dtype, now)
              for dtype in dtypes.values()}
-    setups = []  # every (dtype, compiled) with its own model and optimizer, warmed up before any timing
-    for dtype_name, dtype in dtypes.items():
-        for compiled in [c.strip() == "True" for c in cfg["compiles"].split(",")]:
-            model = build_model(model_cfg).init_weights(0).to(dev)
-            if compiled:
-                model.compile_blocks()
-            opt_cfg = dict(lr=1e-3, weight_decay=0.0, wd_independent=True, adam_eps=1e-8, optimizer="adamw",
-                           beta1=0.9, beta2=0.95)
-            optimizer = make_optimizer(model, opt_cfg, "cuda" if on_cuda else "cpu")
-            ctx = nullcontext() if dtype == torch.float32 else torch.autocast(dev.split(":")[0], dtype=dtype)
-            for _ in range(cfg["warmup"]):
-                train_step(model, optimizer, lambda _: (x, x), ctx=ctx)
-            sync()
-            flops_per_step = scaling.flops_per_token(model, "schwethelm", T) * B * T
-            setups.append(dict(dtype=dtype_name, torch_dtype=dtype, compiled=compiled, model=model,
-                               optimizer=optimizer, ctx=ctx, flops=flops_per_step, times=[]))
+    setups = []  # every (model, dtype, compiled) with its own model and optimizer, warmed up before any timing
+    for name, mcfg in models.items():
+        T = mcfg.block_size
+        x = torch.randint(0, mcfg.vocab_size, (B, T), device=dev)
+        for dtype_name, dtype in dtypes.items():
+            for compiled in [c.strip() == "True" for c in cfg["compiles"].split(",")]:
+                model = build_model(mcfg).init_weights(0).to(dev)
+                if compiled:
+                    model.compile_blocks()
+                opt_cfg = dict(lr=1e-3, weight_decay=0.0, wd_independent=True, adam_eps=1e-8, optimizer="adamw",
+                               beta1=0.9, beta2=0.95)
+                optimizer = make_optimizer(model, opt_cfg, "cuda" if on_cuda else "cpu")
+                ctx = nullcontext() if dtype == torch.float32 else torch.autocast(dev.split(":")[0], dtype=dtype)
+
+                def step(model=model, optimizer=optimizer, ctx=ctx, x=x):  # train.py's step: clipping included
+                    train_step(model, optimizer, lambda _: (x, x), ctx=ctx, grad_clip=1.0)
+                for _ in range(cfg["warmup"]):
+                    step()
+                sync()
+                flops_per_step = scaling.flops_per_token(model, "schwethelm", T) * B * T
+                setups.append(dict(name=name, model_cfg=mcfg, x=x, dtype=dtype_name, torch_dtype=dtype,
+                                   compiled=compiled, model=model, optimizer=optimizer, ctx=ctx, step=step,
+                                   flops=flops_per_step, tokens=B * T, times=[]))
     for _ in range(cfg["rounds"]):
         for s in setups:
             for _ in range(cfg["steps"]):
                 t = now()
-                train_step(s["model"], s["optimizer"], lambda _: (x, x), ctx=s["ctx"])
+                s["step"]()
                 sync()
                 s["times"].append(now() - t)
         if not on_cuda:
             for dtype in peaks:
                 peaks[dtype] = max(peaks[dtype], cpu_matmul_rate(dtype, now))
+    for s in setups:  # after the timings: explain resets dynamo's caches
+        if on_cuda:
+            s.update(probe_step(s["step"], s["model"], s["optimizer"]))
+        if s["compiled"]:
+            s["graph_breaks"] = graph_breaks(s["model_cfg"], dev, s["ctx"], s["x"])
 
     ref = "bf16 peak" if on_cuda else f"{cfg['clock']}-clock matmul in this dtype, {torch.get_num_threads()} threads"
     results = []
@@ -126,20 +220,49 @@ def main(argv=None):
         dt = statistics.median(s["times"])
         flops = s["flops"] / dt
         s["peak"] = peaks[s["torch_dtype"]]
-        mfu = flops / s["peak"]
-        if mfu > 1:  # faster than the reference matmul: the reference is what went wrong
+        mfu = flops / s["peak"] if s["peak"] else None
+        if mfu is not None and mfu > 1:  # faster than the reference matmul: the reference is what went wrong
             mfu = None
-        row = dict(preset=cfg["preset"], n_embd=model_cfg.n_embd, dtype=s["dtype"], compiled=s["compiled"],
-                   clock=cfg["clock"], threads=torch.get_num_threads(), step_s=dt, tokens_per_s=B * T / dt,
-                   flops_per_s=flops, peak_flops_per_s=s["peak"], mfu=mfu)
+        row = dict(preset=cfg["preset"], model=s["name"], n_embd=s["model_cfg"].n_embd, dtype=s["dtype"],
+                   compiled=s["compiled"], clock=cfg["clock"], threads=torch.get_num_threads(), step_s=dt,
+                   tokens_per_s=s["tokens"] / dt, flops_per_s=flops, peak_flops_per_s=s["peak"], mfu=mfu,
+                   **{k: s[k] for k in ("peak_mem_gib", "sync_free", "sync_error", "graph_breaks") if k in s})
         results.append(row)
-        share = f"{100 * mfu:5.1f}% of" if mfu is not None else "MFU n/a: faster than the unreliable reference"
-        print(f"{s['dtype']:>8} {'compiled' if s['compiled'] else 'eager':>8}: {dt * 1e3:7.1f} ms/step "
-              f"{B * T / dt:9,.0f} tok/s {flops / 1e9:7.1f} GFLOP/s = {share} "
-              f"{s['peak'] / 1e9:.0f} GFLOP/s ({ref})", flush=True)
+        if mfu is not None:
+            share = f"{100 * mfu:5.1f}% of {s['peak'] / 1e9:.0f} GFLOP/s ({ref})"
+        else:
+            share = ("MFU n/a: faster than the unreliable reference" if s["peak"] else "MFU n/a: unknown peak")
+        extra = ""
+        if "peak_mem_gib" in s:
+            extra += f" | peak mem {s['peak_mem_gib']:.1f} GiB | host syncs: {'none' if s['sync_free'] else 'YES'}"
+        if "graph_breaks" in s:
+            extra += f" | graph breaks {max(s['graph_breaks'].values(), default=0)} per block/loss"
+        label = f"{s['name']} " if len(models) > 1 else ""
+        print(f"{label}{s['dtype']:>8} {'compiled' if s['compiled'] else 'eager':>8}: {dt * 1e3:7.1f} ms/step "
+              f"{s['tokens'] / dt:9,.0f} tok/s {flops / 1e9:7.1f} GFLOP/s = {share}{extra}", flush=True)
+        if s.get("sync_error"):
+            print(f"  first host sync: {s['sync_error']}")
+    ratios = model_ratios(results)
+    for k, v in ratios.items():
+        print(f"{k}: {v:.3f}")
     if cfg["out"]:
         with open(cfg["out"], "w") as f:
-            json.dump({"model": model_cfg.to_dict(), "batch_size": B, "results": results}, f, indent=1)
+            json.dump({"models": {k: m.to_dict() for k, m in models.items()}, "batch_size": B,
+                       "device": torch.cuda.get_device_name() if on_cuda else "cpu", "results": results,
+                       "ratios": ratios}, f, indent=1)
+
+
+def model_ratios(rows):
+    """The GPU preset's targets: MoE / dense step time (Base and Looped), and Looped / Base tokens/s at equal
+    executed FLOPs (FLOP/s ratio: Looped 8x2 executes Base's FLOPs per token)."""
+    by = {r["model"]: r for r in rows}
+    out = {}
+    for moe, dense in (("moe", "base"), ("looped_moe", "looped")):
+        if moe in by and dense in by:
+            out[f"{moe} / {dense} step time"] = by[moe]["step_s"] / by[dense]["step_s"]
+    if "looped" in by and "base" in by:
+        out["looped / base tokens/s at equal executed FLOPs"] = by["looped"]["flops_per_s"] / by["base"]["flops_per_s"]
+    return out
 
 
 if __name__ == "__main__":

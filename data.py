@@ -584,10 +584,29 @@ class TokenData:
 
 
 def to_device(x, y, device):
-    """Move a batch; on CUDA through pinned memory, asynchronously, so the copy overlaps the previous step."""
+    """Move a batch; on CUDA through pinned memory, asynchronously (a copy from pageable memory would wait for
+    the device to finish its queued work first)."""
     if str(device).startswith("cuda"):
         return x.pin_memory().to(device, non_blocking=True), y.pin_memory().to(device, non_blocking=True)
     return x.to(device), y.to(device)
+
+
+class Prefetcher:
+    """A run's batches one ahead: get(key, next_key) returns the batch fetch(key) on the device and, before that,
+    reads the batch of next_key and queues its copy (to_device), so on a GPU the host prepares it while the device
+    still works through the steps queued before. fetch(key) -> (x, y) on the CPU must depend on the key only: the
+    batches are the same with or without the look-ahead (a key that was not prefetched is fetched on the spot)."""
+
+    def __init__(self, fetch, device):
+        self.fetch, self.device, self.ahead = fetch, device, None
+
+    def get(self, key, next_key):
+        batch = self.ahead[1] if self.ahead is not None and self.ahead[0] == key else self.load(key)
+        self.ahead = (next_key, self.load(next_key))
+        return batch
+
+    def load(self, key):
+        return to_device(*self.fetch(key), self.device)
 
 # -----------------------------------------------------------------------------
 

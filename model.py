@@ -552,10 +552,18 @@ def add_aux(total, aux):
             total[k] = total[k] + v if k in total else v
 
 
+def cpu_kernels(t):
+    """True where the hand-written CPU kernel (_ChunkedCrossEntropy) runs: eager, on the CPU. On a GPU and under
+    torch.compile the plain formula runs instead. (Tests patch this to run the GPU path on a CPU.)"""
+    return t.device.type == "cpu" and not torch.compiler.is_compiling()
+
+
 def cross_entropy(logits, targets, ignore_index=-1):
-    """F.cross_entropy(logits.float(), targets, ignore_index=ignore_index) (mean over the kept targets) without
-    an fp32 copy of the logits: rows are processed in chunks that stay in cache. logits: (N, V); targets: (N,)."""
-    if torch.compiler.is_compiling():  # inside a compiled graph inductor fuses the plain version
+    """F.cross_entropy(logits.float(), targets, ignore_index=ignore_index): the mean over the kept targets.
+    logits: (N, V); targets: (N,). Eager on the CPU: the chunked kernel below (no fp32 copy of the logits, rows in
+    chunks that stay in cache). On a GPU (where GPT.compile_blocks compiles GPT.loss) and under torch.compile: the
+    plain formula, which inductor fuses into one pass over the logits, and which never reads a value on the host."""
+    if not cpu_kernels(logits):
         return F.cross_entropy(logits.float(), targets, ignore_index=ignore_index)
     with_grad = torch.is_grad_enabled() and logits.requires_grad  # (ctx.needs_input_grad ignores no_grad)
     return _ChunkedCrossEntropy.apply(logits, targets, ignore_index, with_grad)
@@ -565,7 +573,8 @@ class _ChunkedCrossEntropy(torch.autograd.Function):
     """Per row: loss = logsumexp(z) - z[target]; d loss / dz = softmax(z) - onehot(target), times 1/n_kept.
     The forward computes that gradient too, chunk by chunk in fp32 while the chunk is in cache, and stores it
     once in the logits' dtype: the logits are read once and the gradient written once (F.cross_entropy on
-    logits.float() makes ~8 full-size passes, a big part of a step for a 50k vocabulary on CPU)."""
+    logits.float() makes ~8 full-size passes, a big part of a step for a 50k vocabulary on CPU). CPU only: its
+    backward reads the incoming gradient on the host (free on a CPU, a sync on a GPU)."""
 
     @staticmethod
     def forward(ctx, logits, targets, ignore_index, with_grad):
@@ -577,8 +586,7 @@ class _ChunkedCrossEntropy(torch.autograd.Function):
         picked = logits.gather(1, safe[:, None]).squeeze(1).to(fp)
         lse = torch.empty(N, dtype=fp, device=logits.device)
         grad = torch.empty_like(logits) if with_grad else None
-        on_cpu = logits.device.type == "cpu"
-        chunk_elems = 2 ** 18 * torch.get_num_threads() if on_cpu else 2 ** 24  # CPU: 1 MiB of fp32 per thread (L2)
+        chunk_elems = 2 ** 18 * torch.get_num_threads()  # 1 MiB of fp32 per thread (L2)
         rows = max(1, min(N, chunk_elems // V))
         z = torch.empty(rows, V, dtype=fp, device=logits.device)
         flat_target = torch.arange(N, device=logits.device) % rows * V + safe  # target's index in z.view(-1)
@@ -797,9 +805,12 @@ class GPT(nn.Module):
 
     def compile_blocks(self, **kwargs):
         """torch.compile each block in place (state_dict keys unchanged, no `_orig_mod.`); the depth loop stays
-        in Python, so changing the loop count never recompiles a block."""
+        in Python, so changing the loop count never recompiles a block. On a GPU the loss too (inductor fuses the
+        fp32 cross-entropy over the logits); the CPU keeps its chunked kernel (cross_entropy)."""
         for block in self.blocks:
             block.compile(**kwargs)
+        if not cpu_kernels(self.lm_head.weight):
+            self.loss = torch.compile(self.loss, **kwargs)
 
     # ---- generation ----
     @torch.no_grad()

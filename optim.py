@@ -133,11 +133,9 @@ class MuonH(torch.optim.Muon):
         for g, p, w in saved:
             step = p.detach().clone()
             radius, step_norm = w.norm(), step.norm()
-            if radius == 0:  # plain Muon
-                p.copy_(w + step)
-                continue
             new = w + (g["lr"] * radius / step_norm.clamp_min(1e-30)) * step
-            p.copy_(new * (radius / new.norm().clamp_min(1e-30)))
+            # radius 0: plain Muon (chosen on the device: `if radius == 0` would be a host sync per matrix)
+            p.copy_(torch.where(radius == 0, w + step, new * (radius / new.norm().clamp_min(1e-30))))
         return loss
 
 

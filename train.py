@@ -14,6 +14,7 @@ A run directory (out_dir) holds ckpt.pt, config.json, log.jsonl (one JSON object
 result.json.
 """
 import ctypes
+import importlib.util
 import json
 import math
 import os
@@ -27,7 +28,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from configurator import ConfigError, configure, run
-from data import TokenData, default_data_dir, ensure_data, hf_of, training_vocab
+from data import Prefetcher, TokenData, default_data_dir, ensure_data, hf_of, to_device, training_vocab
 from loop import build_model, pick_device, read_checkpoint, trajectory_rng
 from model import GPTConfig
 from optim import lr_multiplier, make_optimizer, set_lr, train_step
@@ -43,6 +44,9 @@ collapse_evals = 3  # stop after this many evals in a row collapsed or no better
 eval_interval = 100  # steps between validation evaluations (and checkpoints)
 eval_tokens = 65536  # validation tokens per evaluation (a fixed set)
 log_interval = 10  # steps between log lines
+wandb_project = ""  # also log what log.jsonl logs to this Weights & Biases project (pip install wandb); "" = off
+wandb_run_name = ""  # the wandb run's name; "" = wandb picks one
+wandb_mode = "online"  # online | offline (written under ./wandb without a network; upload later with `wandb sync`)
 sample_tokens = 300  # tokens of text to print at the end (0 = none)
 # data
 data_source = "offline"  # offline | kjv | shakespeare | fineweb-edu (streamed as far as the run needs) | files:<glob>
@@ -80,9 +84,10 @@ seed = 1337  # seeds the init and the batch order
 # ---------------------------------------------------------------------------------------------------------------
 _CHOICES = dict(tokenizer=("auto", "byte", "gpt2"), flops_convention=("lee", "schwethelm"),
                 optimizer=("adamw", "muonh"), schedule=("wsd_sqrt", "wsd_linear", "cosine", "linear", "constant"),
-                dtype=("auto", "float32", "bfloat16"))
+                dtype=("auto", "float32", "bfloat16"), wandb_mode=("online", "offline"))
 # keys that may differ on --resume without changing the run, and those --resume_changes may change on purpose
-_RESUME_NEUTRAL = ("resume", "resume_changes", "overwrite", "out_dir", "log_interval", "sample_tokens")
+_RESUME_NEUTRAL = ("resume", "resume_changes", "overwrite", "out_dir", "log_interval", "sample_tokens", "wandb_project",
+                   "wandb_run_name", "wandb_mode")
 _RESUME_CHANGEABLE = ("max_iters", "flops_budget", "eval_interval", "eval_tokens", "collapse_evals", "data_dir",
                       "device", "compile")
 
@@ -105,6 +110,9 @@ def check_config(cfg):
                           "fineweb-edu | files:<glob>")
     if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", cfg["device"]):
         raise ConfigError(f"config error: --device={cfg['device']!r} is not one of auto | cpu | cuda | cuda:N")
+    if cfg["wandb_project"] and importlib.util.find_spec("wandb") is None:
+        raise ConfigError("config error: --wandb_project needs the wandb package: pip install wandb (or drop "
+                          "--wandb_project; log.jsonl holds the same records)")
     unknown = set(changed_keys(cfg)) - set(_RESUME_CHANGEABLE)
     if unknown:
         raise ConfigError(f"config error: --resume_changes names {', '.join(sorted(unknown))}: only "
@@ -239,44 +247,79 @@ def cpu_matmul_rate(dtype, now=time.perf_counter, n=2048, repeats=5):
     return 2 * n ** 3 / best
 
 
-GPU_BF16_PEAK = {"H100": 989e12, "H200": 989e12, "A100": 312e12, "L4": 121e12, "A10": 125e12}  # dense bf16
+# Dense bf16 tensor-core peaks (FLOP/s with fp32 accumulation, without 2:4 sparsity), from the vendors' datasheets:
+# NVIDIA H100 datasheet (SXM 989.4 T, PCIe 756 T, NVL 835 T); NVIDIA H200 datasheet (SXM 989 T, NVL 835 T); NVIDIA
+# GH200 datasheet (989 T); NVIDIA A100 datasheet (40 and 80 GB, SXM and PCIe: 312 T); NVIDIA B200 (HGX B200
+# datasheet: 4.5 P with sparsity, 2.25 P dense); NVIDIA L40S datasheet (362 T), L40 datasheet (181 T), L4 datasheet
+# (121 T), A10 datasheet (125 T); NVIDIA Ada Lovelace whitepaper (RTX 4090: 165.2 T) and Ampere GA102 whitepaper
+# (RTX 3090: 71 T); AMD Instinct MI300X datasheet (1307.4 T). Patterns are searched in torch.cuda.get_device_name()
+# (e.g. "NVIDIA H100 80GB HBM3" is the SXM part), first match wins; a GPU not listed gets no MFU, never a guess.
+GPU_BF16_PEAK = [
+    (r"H100.*PCIe", 756e12), (r"H[12]00 NVL", 835e12), (r"H100|H200", 989e12), (r"A100", 312e12),
+    (r"B200", 2250e12), (r"L40S", 362e12), (r"\bL40\b", 181e12), (r"\bL4\b", 121e12), (r"\bA10\b", 125e12),
+    (r"RTX 4090$", 165.2e12), (r"RTX 3090$", 71e12), (r"MI300X", 1307.4e12),
+]
 
 
-def peak_flops(device_type, dtype):
+def gpu_bf16_peak(name):
+    """The dense bf16 peak FLOP/s of the GPU called `name` (torch.cuda.get_device_name()), None if not listed."""
+    return next((peak for pattern, peak in GPU_BF16_PEAK if re.search(pattern, name, re.IGNORECASE)), None)
+
+
+def peak_flops(device_type, dtype, say=print):
+    """The reference FLOP/s for MFU, or None (no MFU): on a GPU its dense bf16 peak (bf16 runs only), on a CPU the
+    rate of a matmul timed here (cpu_matmul_rate)."""
     if device_type == "cuda":
         name = torch.cuda.get_device_name()
-        for key, peak in GPU_BF16_PEAK.items():
-            if key in name:
-                return peak
-        return float("nan")  # unknown GPU: MFU is not reported
+        peak = gpu_bf16_peak(name)
+        if peak is None:
+            say(f"unknown device {name!r}: no MFU (add its dense bf16 peak to train.GPU_BF16_PEAK)")
+        elif dtype != torch.bfloat16:
+            say(f"no MFU: the peak of {name} is known for bfloat16 only")
+            return None
+        return peak
     if dtype == torch.bfloat16 and not native_bf16():
-        print("warning: this CPU has no native bf16 (avx512_bf16, amx_bf16 or Arm bf16): torch emulates it, tens of "
-              "times slower than fp32 (use --dtype=float32); MFU is not reported")
-        return float("nan")
+        say("warning: this CPU has no native bf16 (avx512_bf16, amx_bf16 or Arm bf16): torch emulates it, tens of "
+            "times slower than fp32 (use --dtype=float32); MFU is not reported")
+        return None
     return cpu_matmul_rate(dtype)
 
 
 @torch.no_grad()
 def evaluate(model, data, cfg, ctx, device, rank, world_size):
-    """Mean cross-entropy over the fixed validation tokens (windows split across ranks, summed in one all_reduce)."""
+    """Mean cross-entropy over the fixed validation tokens (windows split across ranks, summed in one all_reduce),
+    as a tensor on the device: accumulated there, read by the caller (one host sync per evaluation)."""
     model.eval()
     total = torch.zeros(2, device=device, dtype=torch.float64)
     for i, (x, y) in enumerate(data.val_batches(cfg["batch_size"], model.config.block_size, cfg["eval_tokens"])):
         if i % world_size != rank:
             continue
-        x, y = x.to(device), y.to(device)
+        x, y = to_device(x, y, device)
         with ctx:
             _, loss, _ = model(x, y)
-        total[0] += loss.detach().double() * y.numel()  # on the device: one host sync per evaluation
+        total[0] += loss.detach().double() * y.numel()
         total[1] += y.numel()
     if world_size > 1:
         dist.all_reduce(total)
     model.train()
-    return (total[0] / total[1]).item()
+    return total[0] / total[1]
 
 
 def weights_finite(model):
-    return bool(torch.stack([torch.isfinite(p).all() for p in model.parameters()]).all())
+    """True (a bool tensor on the device) if every weight is finite."""
+    return torch.stack([torch.isfinite(p).all() for p in model.parameters()]).all()
+
+
+def read_scalars(values, env, reduce=0):
+    """Scalars (device tensors or numbers) as Python floats in ONE host read: a sync on a GPU, so the loop reads
+    only at log and eval steps. With DDP the first `reduce` values are first averaged over the ranks (one
+    all_reduce)."""
+    t = torch.stack([torch.as_tensor(v, device=env.device).detach().double().reshape(()) for v in values])
+    if env.ddp and reduce:
+        mean = t[:reduce] / env.world_size
+        dist.all_reduce(mean)
+        t = torch.cat([mean, t[reduce:]])
+    return t.tolist()
 
 
 def format_time(seconds):
@@ -403,22 +446,33 @@ def load_data(cfg, env, T, run_tokens):
 
 class RunLog:
     """log.jsonl and the console: one JSON object and one line per record (rank 0 only). A resumed run first
-    drops the lines it will write again."""
+    drops the lines it will write again. With --wandb_project every record also goes to a wandb run (wandb is
+    imported only then), whose config is `config`."""
 
-    def __init__(self, cfg, master, resume_step=None):
-        self.path, self.master = os.path.join(cfg["out_dir"], "log.jsonl"), master
+    def __init__(self, cfg, master, resume_step=None, config=None):
+        self.path, self.master, self.wandb = os.path.join(cfg["out_dir"], "log.jsonl"), master, None
         if master:
             kept = []
             if resume_step is not None and os.path.exists(self.path):
                 kept = [line for line in open(self.path) if json.loads(line)["step"] < resume_step]
             with open(self.path, "w") as f:
                 f.writelines(kept)
+            if cfg["wandb_project"]:
+                import wandb
+                self.wandb = wandb.init(project=cfg["wandb_project"], name=cfg["wandb_run_name"] or None,
+                                        mode=cfg["wandb_mode"], config=config)
 
     def __call__(self, record, line):
         if self.master:
             with open(self.path, "a") as f:
                 f.write(json.dumps(record) + "\n")
+            if self.wandb is not None:
+                self.wandb.log(record, step=record["step"])
             print(line, flush=True)
+
+    def close(self):
+        if self.wandb is not None:
+            self.wandb.finish()
 
 
 class Checkpoints:
@@ -490,18 +544,20 @@ def main(argv=None):
     data = load_data(cfg, env, T, run_tokens)
     counts = scaling.count_params(raw_model)
     mfu_flops = scaling.flops_per_token(raw_model, "schwethelm", T)  # MFU counts the work done, attention included
-    peak = peak_flops(env.device_type, env.dtype) * env.world_size
+    peak = peak_flops(env.device_type, env.dtype, say)
+    peak = peak * env.world_size if peak else None
     say(f"model: {type(raw_model).__name__}, {counts['params_unique']:,} parameters "
         f"({counts['params_active_nonembed']:,} active non-embedding), {flops_per_token:.3g} FLOPs/token "
         f"({cfg['flops_convention']})")
     say(f"training: {max_steps} steps x {tokens_per_step:,} tokens on {env.world_size} x {env.device} in "
-        f"{str(env.dtype).replace('torch.', '')}{', compiled' if cfg['compile'] else ''}; peak for MFU {peak:.3g} "
-        "FLOP/s")
+        f"{str(env.dtype).replace('torch.', '')}{', compiled' if cfg['compile'] else ''}; peak for MFU "
+        f"{f'{peak:.3g} FLOP/s' if peak else 'unknown (no MFU)'}")
     if env.master:
         with open(os.path.join(cfg["out_dir"], "config.json"), "w") as f:
             json.dump({"train": cfg, "model": model_cfg.to_dict(), "world_size": env.world_size, "data": data.meta},
                       f, indent=1)
-    log = RunLog(cfg, env.master, start_step if ckpt is not None else None)
+    log = RunLog(cfg, env.master, start_step if ckpt is not None else None,
+                 config={"train": cfg, "model": model_cfg.to_dict(), "world_size": env.world_size})
     if changes:
         log({"step": start_step, "event": "resume_changes", "changed": {k: list(v) for k, v in changes.items()}},
             "resumed with changed settings (not an exact continuation; max_iters and flops_budget move the "
@@ -510,15 +566,20 @@ def main(argv=None):
     checkpoints = Checkpoints(cfg, env, entropy, model_cfg.vocab_size, ckpt, start_step, best_val)
 
     # ---- the loop ----
+    # Nothing in a steady-state step reads a value on the host (a GPU sync): the loss and a non-finite flag stay on
+    # the device and are read, with the rest of a log record, in one read at log steps (and the flag at eval steps).
     t_start = t_last = time.time()
     tokens_since, train_loss, val_loss = 0, float("nan"), float("nan")
-    non_finite = torch.zeros((), dtype=torch.bool, device=env.device)  # read at log and eval steps: no sync per step
+    non_finite = torch.zeros((), dtype=torch.bool, device=env.device)  # any training loss not finite since a read
+    batches = Prefetcher(lambda key: data.get_batch(*key, env.rank, env.world_size, env.accum, cfg["batch_size"], T,
+                                                    cfg["seed"]), env.device)
     for step in range(start_step, max_steps + 1):
         last = step == max_steps
         if step % cfg["eval_interval"] == 0 or last:  # ---- evaluation and checkpoint ----
             t_eval = time.time()
-            val_loss = evaluate(raw_model, data, cfg, env.ctx, env.device, env.rank, env.world_size)
-            if non_finite.item() or not math.isfinite(val_loss) or not weights_finite(raw_model):
+            val = evaluate(raw_model, data, cfg, env.ctx, env.device, env.rank, env.world_size)
+            bad, val_loss, weights_ok = read_scalars([non_finite, val, weights_finite(raw_model)], env, reduce=1)
+            if bad or not math.isfinite(val_loss) or not weights_ok:
                 checkpoints.stop(f"step {step}: the loss or the weights are not finite (val loss {val_loss})", env)
             best_val = min(best_val, val_loss)
             log({"step": step, "tokens": step * tokens_per_step, "val_loss": val_loss},
@@ -540,9 +601,8 @@ def main(argv=None):
         lr = cfg["lr"] * schedule
         set_lr(optimizer, lr)
 
-        def get_batch(micro):
-            x, y = data.get_batch(step, micro, env.rank, env.world_size, env.accum, cfg["batch_size"], T, cfg["seed"])
-            return x.to(env.device, non_blocking=True), y.to(env.device, non_blocking=True)
+        def get_batch(micro):  # this micro-batch, and the next one prefetched
+            return batches.get((step, micro), (step, micro + 1) if micro + 1 < env.accum else (step + 1, 0))
 
         def rng(micro):  # LoopFormer's trajectory sampler, seeded by the global micro-batch index
             return trajectory_rng(cfg["seed"], step * cfg["grad_accum"] + micro * env.world_size + env.rank)
@@ -551,26 +611,29 @@ def main(argv=None):
             model, optimizer, get_batch, env.accum, env.ctx, cfg["grad_clip"],
             cfg["weight_decay"] if cfg["wd_independent"] else 0.0, schedule, env.world_size, rng)
         tokens_since += tokens_per_step
-        if env.ddp:
-            dist.all_reduce(loss_sum, op=dist.ReduceOp.AVG)
         non_finite |= ~torch.isfinite(loss_sum)
         if step % cfg["log_interval"] == 0 or step == max_steps - 1:
-            train_loss = loss_sum.item()
-            if non_finite.item():
+            extra = list(aux_sums.values()) + ([] if grad_norm is None else [grad_norm])
+            train_loss, bad, *extra = read_scalars([loss_sum, non_finite] + extra, env, reduce=2)
+            if bad:
                 checkpoints.stop(f"step {step}: a training loss since the last log line is not finite (now "
                                  f"{train_loss})", env)
             dt = time.time() - t_last
             tok_s = tokens_since / dt
-            mfu = tok_s * mfu_flops / peak
+            mfu = tok_s * mfu_flops / peak if peak else None
             eta = (max_steps - step - 1) * tokens_per_step / tok_s
             record = {"step": step, "tokens": (step + 1) * tokens_per_step, "loss": train_loss, "lr": lr,
                       "tokens_per_s": tok_s, "mfu": mfu}
-            record.update({k: float(v) for k, v in aux_sums.items()})
+            record.update(zip(aux_sums, extra))
             if grad_norm is not None:
-                record["grad_norm"] = grad_norm.item()
-            aux_text = "".join(f" | {k} {float(v):.4f}" for k, v in aux_sums.items())
-            log(record, f"step {step}/{max_steps} | loss {train_loss:.4f}{aux_text} | lr {lr:.2e} | "
-                        f"{tok_s:,.0f} tok/s | mfu {100 * mfu:.1f}% | eta {format_time(eta)}")
+                record["grad_norm"] = extra[-1]
+            text = f"step {step}/{max_steps} | loss {train_loss:.4f}"
+            text += "".join(f" | {k} {v:.4f}" for k, v in zip(aux_sums, extra))
+            text += f" | lr {lr:.2e} | {tok_s:,.0f} tok/s | mfu {f'{100 * mfu:.1f}%' if mfu is not None else 'n/a'}"
+            if env.device_type == "cuda":  # the allocator's own count: no sync
+                record["peak_mem_gib"] = torch.cuda.max_memory_allocated(env.device) / 2 ** 30
+                text += f" | peak mem {record['peak_mem_gib']:.1f} GiB"
+            log(record, f"{text} | eta {format_time(eta)}")
             t_last, tokens_since = time.time(), 0
 
     # ---- the end: result.json, a sample ----
@@ -589,6 +652,7 @@ def main(argv=None):
                 "frequencies (try another lr; see log.jsonl)")
         if cfg["sample_tokens"] > 0:
             print_sample(raw_model, data.meta["tokenizer"], cfg, env)
+    log.close()
     if env.ddp:
         dist.barrier()  # tear down together: a rank that leaves while the other still works can abort in gloo
         dist.destroy_process_group()
