@@ -589,12 +589,16 @@ def point_row(planned, run_dir, status, rc, revision, command):
 
 
 def write_record(path, row):
-    """Append a finished row, without its config, to a committed record file, once per point."""
-    if row["point"] in done_points(path):
+    """Append a finished row, without its config, to a committed record file, once per point: a rerun of a failed
+    point (--retry_failed) replaces its failed row."""
+    rows = read_results(path) if os.path.exists(path) else []
+    if any(r["point"] == row["point"] and r.get("status") == "ok" for r in rows):
         return
+    rows = [r for r in rows if r["point"] != row["point"]] + [{k: v for k, v in row.items() if k != "config"}]
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    with open(path, "a") as f:
-        f.write(json.dumps({k: v for k, v in row.items() if k != "config"}) + "\n")
+    with open(path + ".tmp", "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in rows)
+    os.replace(path + ".tmp", path)
 
 
 def print_plan(planned, spec, done, rate, rate_source):

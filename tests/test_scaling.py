@@ -803,8 +803,10 @@ def test_interrupted_sweep_runs_each_point_once(tmp_path, monkeypatch):
     scaling.run_sweep(spec)  # a failed point is not retried by default
     assert len(invocations()) == 7
     monkeypatch.delenv("FAKE_FAIL")
+    assert [r["status"] for r in scaling.read_results(str(record)) if r["point"] == failing] == ["failed"]
     scaling.run_sweep(spec, retry_failed=True, only=r"_d96$")  # --only is a regular expression on the names
     assert len(invocations()) == 8
+    assert [r["status"] for r in scaling.read_results(str(record)) if r["point"] == failing] == ["ok"]  # replaced
     scaling.run_sweep(spec, retry_failed=True, only=r"_C1e09_d(32|64)$")  # all done: nothing runs
     assert len(invocations()) == 8
     with pytest.raises(SystemExit, match="no point of sweep t matches"):
