@@ -12,15 +12,18 @@ optimizer parameter groups.
 One method walks the depth: `GPT.walk` yields the hidden state after every effective layer with its Label.
 forward(), early exit and every analysis use that same walk, so there is one code path for all of them.
 """
+import functools
 import math
 from collections import namedtuple
+from contextlib import nullcontext
 from dataclasses import dataclass, asdict
 
 import torch
 import torch.nn as nn
+import torch.utils.checkpoint
 import torch.nn.functional as F
 
-from moe import make_ffn, update_biases
+from moe import make_ffn, recomputing, update_biases
 
 
 @dataclass
@@ -761,6 +764,15 @@ class GPT(nn.Module):
         for block in self.blocks:
             block.compile(**kwargs)
 
+    def checkpoint_blocks(self):
+        """Activation checkpointing: each block call keeps only its inputs and recomputes its activations in the
+        backward (torch.utils.checkpoint, non-reentrant), once per call, so a shared block run n_loop times stores
+        n_loop inputs instead of n_loop sets of activations. It wraps each block's forward in place: state_dict keys
+        and FSDP's hooks (outside the checkpoint, as in torchtitan) are unchanged. The recomputation runs inside
+        moe.recomputing(): routing loads are counted once per token."""
+        for block in self.blocks:
+            block.forward = functools.partial(checkpointed, block.forward)
+
     # ---- generation ----
     @torch.no_grad()
     def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, generator=None):
@@ -777,6 +789,14 @@ class GPT(nn.Module):
             out.append(nxt)
             logits, _, _ = self(nxt, cache=cache)
         return torch.cat(out, dim=1)
+
+
+def checkpointed(forward, *args, **kwargs):
+    """forward(*args, **kwargs), its activations recomputed in the backward instead of stored (with grad only)."""
+    if not torch.is_grad_enabled():
+        return forward(*args, **kwargs)
+    return torch.utils.checkpoint.checkpoint(forward, *args, use_reentrant=False,
+                                             context_fn=lambda: (nullcontext(), recomputing()), **kwargs)
 
 
 def sample_next(logits, temperature=1.0, top_k=None, generator=None):
