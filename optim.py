@@ -12,6 +12,8 @@ import math
 from contextlib import nullcontext
 
 import torch
+from torch.distributed.fsdp import FSDPModule
+from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 
@@ -81,7 +83,7 @@ def train_step(model, optimizer, get_batch, accum=1, ctx=nullcontext(), grad_cli
                schedule=1.0, world_size=1):
     """One optimizer step: forward and backward over `accum` micro-batches (get_batch(i) -> (x, y)), each scaled
     by 1/accum; gradient clipping; independent weight decay (0 = none); the optimizer step; the model's
-    after-step work. With DDP only the last micro-batch synchronises gradients. Returns the mean loss and the mean
+    after-step work. With DDP or FSDP only the last micro-batch synchronises gradients. Returns the mean loss and the mean
     auxiliary losses as tensors on the device (no host sync) and the gradient norm before clipping (or None)."""
     raw = model.module if isinstance(model, DDP) else model
     loss_sum, aux_sums = 0.0, {}
@@ -89,6 +91,8 @@ def train_step(model, optimizer, get_batch, accum=1, ctx=nullcontext(), grad_cli
         x, y = get_batch(micro)
         if isinstance(model, DDP):
             model.require_backward_grad_sync = micro == accum - 1
+        elif isinstance(model, FSDPModule):  # the others accumulate unsharded gradients locally
+            model.set_requires_gradient_sync(micro == accum - 1)
         with ctx:
             _, loss, aux = model(x, y)
             objective = loss + sum(aux.values()) if aux else loss
@@ -97,6 +101,8 @@ def train_step(model, optimizer, get_batch, accum=1, ctx=nullcontext(), grad_cli
         for k, v in aux.items():
             aux_sums[k] = aux_sums.get(k, 0.0) + v.detach() / accum
     grad_norm = torch.nn.utils.clip_grad_norm_(raw.parameters(), grad_clip) if grad_clip > 0 else None
+    if isinstance(grad_norm, DTensor):  # FSDP: the norm over all shards, the same on every rank
+        grad_norm = grad_norm.full_tensor()
     if weight_decay > 0:
         decay_weights(optimizer, weight_decay, schedule)
     optimizer.step()
