@@ -29,6 +29,7 @@ optimizer of Schwethelm et al. (train.py --optimizer=muonh).
 """
 import math
 import os
+import warnings
 from contextlib import nullcontext
 
 import numpy as np
@@ -707,7 +708,9 @@ def read_sharded_model(path, device="cpu"):
     listed = dcp.FileSystemReader(path).read_metadata().state_dict_metadata
     model = {key.removeprefix("model."): torch.empty(m.size, dtype=m.properties.dtype, device=device)
              for key, m in listed.items() if key.startswith("model.")}
-    dcp.load({"model": model}, checkpoint_id=path, no_dist=True)
+    with warnings.catch_warnings():  # "assuming the intent is to load in a single process": it is
+        warnings.simplefilter("ignore", UserWarning)
+        dcp.load({"model": model}, checkpoint_id=path, no_dist=True)
     return model
 
 
