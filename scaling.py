@@ -352,8 +352,7 @@ def memory_per_gpu(model, cfg, gpus=1):
         m = dict(params=fsdp_params if sharded else total,
                  grads=fsdp_params if sharded else 2 * total,
                  optimizer=sum(shard_bytes(s, 4, gpus) if sharded else shard_bytes(s, 4, 1) for s in state),
-                 gathered=(8 * root + max(block_params) * (2 * (2 if bf16 else 4) + 4)) if sharded and gpus > 1
-                 else 0,
+                 gathered=8 * root + max(block_params) * (2 * (2 if bf16 else 4) + 4) if sharded else 0,
                  weight_copies=2 * (root if sharded else root + sum(block_params)) if bf16 else 0,
                  activations=stored, activations_checkpointed=checkpointed)
         m["total"] = sum(m[k] for k in ("params", "grads", "optimizer", "gathered", "weight_copies", "activations"))
@@ -362,9 +361,15 @@ def memory_per_gpu(model, cfg, gpus=1):
     return out
 
 
+GPU_USABLE = 0.9  # the share of a GPU's memory a run's tensors may fill: the CUDA context, NCCL's buffers and the
+# caching allocator's fragmentation take the rest (a rule of thumb, not measured here: no GPU was lent)
+
+
 def gpus_needed(model, cfg, gpu_bytes, most=1024):
-    """How many GPUs of gpu_bytes a run needs, without and with activation checkpointing: DDP 1 if it fits on one
-    (more GPUs do not lower its memory per GPU), else None; FSDP the fewest that fit (None: more than `most`)."""
+    """How many GPUs of gpu_bytes a run needs, without and with activation checkpointing, if its tensors may fill
+    GPU_USABLE of each: DDP 1 if it fits on one (more GPUs do not lower its memory per GPU), else None; FSDP the
+    fewest that fit (None: more than `most`)."""
+    gpu_bytes = GPU_USABLE * gpu_bytes
     out = {}
     for mode in ("ddp", "fsdp"):
         for total in ("total", "total_checkpointed"):
@@ -1678,7 +1683,8 @@ def memory_table(mem, cfg, needed):
     for key, n in needed.items():
         mode, acts = key.split("_")
         what = "no GPU count fits" if n is None else "fits on 1 GPU" if mode == "ddp" else f"needs {n} GPU" + "s" * (n > 1)
-        lines.append(f"{mode.upper()}, activations {acts}: {what} of {cfg['gpu_gib']:g} GiB")
+        lines.append(f"{mode.upper()}, activations {acts}: {what} of {cfg['gpu_gib']:g} GiB "
+                     f"({100 * GPU_USABLE:.0f}% of it for the run's tensors)")
     return "\n".join(lines)
 
 

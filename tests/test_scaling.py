@@ -439,7 +439,7 @@ def test_memory_cli_says_how_many_gpus_the_3b_loopmoe_needs(capsys):
         assert mem["fsdp"][key] == pytest.approx((4 if key != "optimizer" else 8) * n / 8, rel=5e-3)
     assert needed["ddp_stored"] is None and needed["fsdp_stored"] > 1
     printed = capsys.readouterr().err
-    assert f"FSDP, activations stored: needs {needed['fsdp_stored']} GPUs of 80 GiB" in printed
+    assert f"FSDP, activations stored: needs {needed['fsdp_stored']} GPUs of 80 GiB (90% of it" in printed
 
 
 # -----------------------------------------------------------------------------------------------------------------
