@@ -759,17 +759,19 @@ class GPT(nn.Module):
         return list(groups.values())
 
     def compile_blocks(self, **kwargs):
-        """torch.compile each block in place (state_dict keys unchanged, no `_orig_mod.`); the depth loop stays
-        in Python, so changing the loop count never recompiles a block."""
+        """torch.compile each block's forward in place (state_dict keys unchanged, no `_orig_mod.`); the depth loop
+        stays in Python, so changing the loop count never recompiles a block. Module hooks (FSDP's) and an
+        activation checkpoint put around it afterwards (checkpoint_blocks) stay outside the compiled code."""
         for block in self.blocks:
-            block.compile(**kwargs)
+            block.forward = torch.compile(block.forward, **kwargs)
 
     def checkpoint_blocks(self):
         """Activation checkpointing: each block call keeps only its inputs and recomputes its activations in the
         backward (torch.utils.checkpoint, non-reentrant), once per call, so a shared block run n_loop times stores
-        n_loop inputs instead of n_loop sets of activations. It wraps each block's forward in place: state_dict keys
-        and FSDP's hooks (outside the checkpoint, as in torchtitan) are unchanged. The recomputation runs inside
-        moe.recomputing(): routing loads are counted once per token."""
+        n_loop inputs instead of n_loop sets of activations. It wraps each block's forward in place (after
+        compile_blocks: the checkpoint stays eager around the compiled forward): state_dict keys and FSDP's hooks
+        (outside the checkpoint, as in torchtitan) are unchanged. The recomputation runs inside moe.recomputing():
+        routing loads are counted once per token."""
         for block in self.blocks:
             block.forward = functools.partial(checkpointed, block.forward)
 

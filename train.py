@@ -451,10 +451,10 @@ def build(cfg, model_cfg, ckpt, env):
     raw_model = build_model(model_cfg)
     raw_model.init_weights(cfg["seed"])
     raw_model.to(env.device)
-    if cfg["activation_checkpointing"]:
-        raw_model.checkpoint_blocks()
     if cfg["compile"]:
         raw_model.compile_blocks()
+    if cfg["activation_checkpointing"]:
+        raw_model.checkpoint_blocks()
     if cfg["fsdp"]:
         shard_model(raw_model, env.dtype)
     optimizer = make_optimizer(raw_model, cfg, env.device_type)
