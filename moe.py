@@ -44,9 +44,10 @@ per-token reference lives only in tests/test_moe.py; every path matches it (valu
 
 Counters and records:
 - `expert_load` (buffer, not saved) counts routed slots per expert, only in training with grad enabled (eval and
-  no-grad analyses never touch it) and not when activation checkpointing recomputes a forward (recomputing()); update_biases() turns it into the bias step with ONE all_reduce for all
-  layers and zeroes it. With DDP, wrap the model with broadcast_buffers=False: DDP otherwise copies rank 0's
-  counters over the others' at every forward (the bias itself stays equal on all ranks by construction).
+  no-grad analyses never touch it), and not again when activation checkpointing recomputes a forward
+  (recomputing()); update_biases() turns it into the bias step with ONE all_reduce for all layers and zeroes it.
+  With DDP, wrap the model with broadcast_buffers=False: DDP otherwise copies rank 0's counters over the others'
+  at every forward (the bias itself stays equal on all ranks by construction).
 - `with record_routing(model) as records:` makes every MoE call append {layer, loop, shape, experts (N,K),
   gates (N,K), router_input (N,C)} (detached, CPU). Off by default, skipped under torch.compile tracing.
   `layer` is the physical layer index, `loop` the loop index that loop.py sets on the module before each call.

@@ -81,8 +81,9 @@ def train_step(model, optimizer, get_batch, accum=1, ctx=nullcontext(), grad_cli
                schedule=1.0, world_size=1):
     """One optimizer step: forward and backward over `accum` micro-batches (get_batch(i) -> (x, y)), each scaled
     by 1/accum; gradient clipping; independent weight decay (0 = none); the optimizer step; the model's
-    after-step work. With DDP or FSDP only the last micro-batch synchronises gradients. Returns the mean loss and the mean
-    auxiliary losses as tensors on the device (no host sync) and the gradient norm before clipping (or None)."""
+    after-step work. With DDP or FSDP only the last micro-batch synchronises gradients. Returns the mean loss and
+    the mean auxiliary losses as tensors on the device (no host sync) and the gradient norm before clipping (or
+    None)."""
     raw = model.module if isinstance(model, DDP) else model
     loss_sum, aux_sums = 0.0, {}
     for micro in range(accum):

@@ -1682,7 +1682,8 @@ def memory_table(mem, cfg, needed):
     lines += [f"{k:26s}{mem['ddp'][k] / gib:10.2f}{mem['fsdp'][k] / gib:12.2f}" for k in rows]
     for key, n in needed.items():
         mode, acts = key.split("_")
-        what = "no GPU count fits" if n is None else "fits on 1 GPU" if mode == "ddp" else f"needs {n} GPU" + "s" * (n > 1)
+        what = ("no GPU count fits" if n is None else "fits on 1 GPU" if mode == "ddp" else
+                f"needs {n} GPU" + "s" * (n > 1))
         lines.append(f"{mode.upper()}, activations {acts}: {what} of {cfg['gpu_gib']:g} GiB "
                      f"({100 * GPU_USABLE:.0f}% of it for the run's tensors)")
     return "\n".join(lines)

@@ -476,7 +476,7 @@ def test_fsdp_resume_after_kill_between_the_renames(fsdp_runs):
                                                      "--eval_interval=5", "--fsdp=True", f"--out_dir={cut}",
                                                      "--resume"])
     assert res.returncode == 0, res.stderr[-3000:]
-    assert "put back" in res.stdout and "resumed" in res.stdout and f"at step 5" in res.stdout
+    assert "put back" in res.stdout and "resumed" in res.stdout and "at step 5" in res.stdout
     assert not (cut / "ckpt.tmp").exists() and not (cut / "ckpt.old").exists()
     assert losses(str(cut)) == losses(str(root / "gpt_fsdp"))
     assert json.load(open(cut / "result.json"))["val_loss"] == \
