@@ -13,15 +13,18 @@ One method walks the depth: `GPT.walk` yields the hidden state after every effec
 the conditioning the layer ran with).
 forward(), early exit and every analysis use that same walk, so there is one code path for all of them.
 """
+import functools
 import math
 from collections import namedtuple
+from contextlib import nullcontext
 from dataclasses import dataclass, asdict
 
 import torch
 import torch.nn as nn
+import torch.utils.checkpoint
 import torch.nn.functional as F
 
-from moe import make_ffn, update_biases
+from moe import make_ffn, recomputing, update_biases
 
 
 @dataclass
@@ -804,13 +807,24 @@ class GPT(nn.Module):
         return list(groups.values())
 
     def compile_blocks(self, **kwargs):
-        """torch.compile each block in place (state_dict keys unchanged, no `_orig_mod.`); the depth loop stays
-        in Python, so changing the loop count never recompiles a block. On a GPU the loss too (inductor fuses the
-        fp32 cross-entropy over the logits); the CPU keeps its chunked kernel (cross_entropy)."""
+        """torch.compile each block's forward in place (state_dict keys unchanged, no `_orig_mod.`); the depth loop
+        stays in Python, so changing the loop count never recompiles a block. Module hooks (FSDP's) and an
+        activation checkpoint put around it afterwards (checkpoint_blocks) stay outside the compiled code. On a GPU
+        the loss too (inductor fuses the fp32 cross-entropy over the logits); the CPU keeps its chunked kernel."""
         for block in self.blocks:
-            block.compile(**kwargs)
+            block.forward = torch.compile(block.forward, **kwargs)
         if not cpu_kernels(self.lm_head.weight):
             self.loss = torch.compile(self.loss, **kwargs)
+
+    def checkpoint_blocks(self):
+        """Activation checkpointing: each block call keeps only its inputs and recomputes its activations in the
+        backward (torch.utils.checkpoint, non-reentrant), once per call, so a shared block run n_loop times stores
+        n_loop inputs instead of n_loop sets of activations. It wraps each block's forward in place (after
+        compile_blocks: the checkpoint stays eager around the compiled forward): state_dict keys and FSDP's hooks
+        (outside the checkpoint, as in torchtitan) are unchanged. The recomputation runs inside moe.recomputing():
+        routing loads are counted once per token."""
+        for block in self.blocks:
+            block.forward = functools.partial(checkpointed, block.forward)
 
     # ---- generation ----
     @torch.no_grad()
@@ -828,6 +842,14 @@ class GPT(nn.Module):
             out.append(nxt)
             logits, _, _ = self(nxt, cache=cache, schedule=schedule)
         return torch.cat(out, dim=1)
+
+
+def checkpointed(forward, *args, **kwargs):
+    """forward(*args, **kwargs), its activations recomputed in the backward instead of stored (with grad only)."""
+    if not torch.is_grad_enabled():
+        return forward(*args, **kwargs)
+    return torch.utils.checkpoint.checkpoint(forward, *args, use_reentrant=False,
+                                             context_fn=lambda: (nullcontext(), recomputing()), **kwargs)
 
 
 def sample_next(logits, temperature=1.0, top_k=None, generator=None):

@@ -44,9 +44,10 @@ per-token reference lives only in tests/test_moe.py; every path matches it (valu
 
 Counters and records:
 - `expert_load` (buffer, not saved) counts routed slots per expert, only in training with grad enabled (eval and
-  no-grad analyses never touch it); update_biases() turns it into the bias step with ONE all_reduce for all
-  layers and zeroes it. With DDP, wrap the model with broadcast_buffers=False: DDP otherwise copies rank 0's
-  counters over the others' at every forward (the bias itself stays equal on all ranks by construction).
+  no-grad analyses never touch it), and not again when activation checkpointing recomputes a forward
+  (recomputing()); update_biases() turns it into the bias step with ONE all_reduce for all layers and zeroes it.
+  With DDP, wrap the model with broadcast_buffers=False: DDP otherwise copies rank 0's counters over the others'
+  at every forward (the bias itself stays equal on all ranks by construction).
 - `with record_routing(model) as records:` makes every MoE call append {layer, loop, shape, experts (N,K),
   gates (N,K), router_input (N,C)} (detached, CPU). Off by default, skipped under torch.compile tracing.
   `layer` is the physical layer index, `loop` the loop index the block passes down with each call.
@@ -201,10 +202,10 @@ class MoE(nn.Module):
         logits_NE, probs_NE, experts_NK, gates_NK = self.route(x_NC)
         load_E = torch.zeros(self.n_expert, device=h.device, dtype=logits_NE.dtype).scatter_add_(
             0, experts_NK.reshape(-1), torch.ones(experts_NK.numel(), device=h.device, dtype=logits_NE.dtype))
-        if self.training and torch.is_grad_enabled():  # balancing counters: training steps only
+        if self.training and torch.is_grad_enabled() and not _recomputing:  # training steps, each token once
             self.expert_load += load_E
         aux = self.balance_losses(logits_NE, probs_NE, experts_NK, load_E, B)
-        if not torch.compiler.is_compiling() and self._records is not None:
+        if not torch.compiler.is_compiling() and self._records is not None and not _recomputing:
             self._records.append(dict(layer=self.layer, loop=loop, shape=(B, T),
                                       experts=experts_NK.detach().cpu(), gates=gates_NK.detach().cpu(),
                                       router_input=x_NC.detach().float().cpu()))
@@ -342,6 +343,22 @@ DISPATCH = dict(grouped=dispatch_grouped, batched=dispatch_batched, loop=dispatc
 
 # ---------------------------------------------------------------------------------------------------------------
 # balancing and records across the model
+
+_recomputing = False  # True while activation checkpointing re-runs a forward in the backward (see recomputing)
+
+
+@contextlib.contextmanager
+def recomputing():
+    """Activation checkpointing (model.GPT.checkpoint_blocks) runs each block's forward a second time in the backward
+    to rebuild its activations: inside this context the MoE layers neither count their loads nor record routing
+    again, so every token is counted once per training step, as without checkpointing."""
+    global _recomputing
+    before, _recomputing = _recomputing, True
+    try:
+        yield
+    finally:
+        _recomputing = before
+
 
 def moe_layers(model):
     """Every MoE module of a model (each physical layer once, whatever the loop count)."""

@@ -9,8 +9,13 @@ torchrun, because grad_accum counts micro-batches across all ranks:
 
     torchrun --standalone --nproc_per_node=8 train.py config/x.py --grad_accum=8
 
+Models beyond one GPU: --fsdp=True shards parameters, gradients and optimizer state over the ranks (FSDP2), and
+--activation_checkpointing=True recomputes each block's activations in the backward instead of storing them;
+`python scaling.py count config/x.py --memory --gpus=8` predicts the memory per GPU either way.
+
 Resume a killed run exactly (same batches, same losses): add --resume to the same command.
-A run directory (out_dir) holds ckpt.pt, config.json, log.jsonl (one JSON object per logged step) and, at the end,
+A run directory (out_dir) holds ckpt.pt (with --fsdp: ckpt/, a torch.distributed.checkpoint directory that
+sample.py and the analyses read as well), config.json, log.jsonl (one JSON object per logged step) and, at the end,
 result.json.
 """
 import ctypes
@@ -19,6 +24,7 @@ import json
 import math
 import os
 import re
+import shutil
 import time
 from collections import namedtuple
 from contextlib import nullcontext
@@ -31,7 +37,7 @@ from configurator import ConfigError, configure, run
 from data import Prefetcher, TokenData, default_data_dir, ensure_data, hf_of, to_device, training_vocab
 from loop import build_model, pick_device, read_checkpoint, trajectory_rng
 from model import GPTConfig
-from optim import lr_multiplier, make_optimizer, set_lr, train_step
+from optim import is_sharded, lr_multiplier, make_optimizer, set_lr, train_step
 import scaling
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -80,6 +86,8 @@ dtype = "auto"  # auto (bfloat16 on CUDA, float32 on CPU) | float32 | bfloat16
 compile = False  # torch.compile each block (the depth loop stays in Python)
 threads = 0  # torch threads on CPU; 0 = auto: OMP_NUM_THREADS if set, else the cores the load average leaves idle
 ddp_find_unused = False  # DDP find_unused_parameters (needed when some weights get no gradient in a step)
+fsdp = False  # torchrun: shard weights, gradients, optimizer state over the ranks (FSDP2); checkpoints become ckpt/
+activation_checkpointing = False  # recompute each block's activations in the backward: less memory, one more forward
 seed = 1337  # seeds the init and the batch order
 # ---------------------------------------------------------------------------------------------------------------
 _CHOICES = dict(tokenizer=("auto", "byte", "gpt2"), flops_convention=("lee", "schwethelm"),
@@ -89,7 +97,7 @@ _CHOICES = dict(tokenizer=("auto", "byte", "gpt2"), flops_convention=("lee", "sc
 _RESUME_NEUTRAL = ("resume", "resume_changes", "overwrite", "out_dir", "log_interval", "sample_tokens", "wandb_project",
                    "wandb_run_name", "wandb_mode")
 _RESUME_CHANGEABLE = ("max_iters", "flops_budget", "eval_interval", "eval_tokens", "collapse_evals", "data_dir",
-                      "device", "compile")
+                      "device", "compile", "activation_checkpointing")
 
 
 def check_config(cfg):
@@ -161,7 +169,8 @@ def open_run(cfg, model_cfg, master, say):
     """Check the run directory before any work. Returns (the checkpoint to resume or None, {key: (run's value,
     new value)} for the settings --resume_changes changed). A new run never replaces an existing one by accident."""
     out = cfg["out_dir"]
-    path = os.path.join(out, "ckpt.pt")
+    path = checkpoint_path(cfg)
+    other = os.path.join(out, "ckpt.pt" if cfg["fsdp"] else "ckpt")  # the other format's (see --fsdp)
     try:
         os.makedirs(out, exist_ok=True)
         probe = os.path.join(out, f".write_test_{os.getpid()}")
@@ -169,18 +178,43 @@ def open_run(cfg, model_cfg, master, say):
         os.remove(probe)
     except OSError as e:
         raise ConfigError(f"cannot write to out_dir {out!r} ({e.strerror}): choose another --out_dir") from None
-    if master and os.path.exists(path + ".tmp"):  # a run killed while it wrote a checkpoint
-        os.remove(path + ".tmp")
-        say(f"removed {path}.tmp, a checkpoint cut off by a kill (ckpt.pt is the last complete one)")
+    if master:
+        clean_up_after_kill(path, say)
+    if dist.is_initialized():
+        dist.barrier()  # the other ranks read what rank 0 has put back
     if cfg["resume"]:
         if not os.path.exists(path):
-            raise ConfigError(f"--resume: no checkpoint at {path}; drop --resume to start a new run")
-        ckpt = read_checkpoint(path)
+            trained = f" (it was trained with --fsdp={not cfg['fsdp']})" if os.path.exists(other) else ""
+            raise ConfigError(f"--resume: no checkpoint at {path}{trained}; drop --resume to start a new run")
+        ckpt = read_checkpoint(path, weights=not cfg["fsdp"])  # --fsdp: build() reads the shards of each rank
         return ckpt, check_resume(ckpt, cfg, model_cfg, path)
-    if os.path.exists(path) and not cfg["overwrite"]:
-        raise ConfigError(f"{out} already holds a run (ckpt.pt): add --resume to continue it, --overwrite to start "
-                          "it again, or choose another --out_dir")
+    held = [p for p in (path, other) if os.path.exists(p)]
+    if held and not cfg["overwrite"]:
+        raise ConfigError(f"{out} already holds a run ({os.path.basename(held[0])}): add --resume to continue it, "
+                          "--overwrite to start it again, or choose another --out_dir")
+    if master and os.path.exists(other):  # a new run's checkpoint is the only one in out_dir
+        shutil.rmtree(other) if os.path.isdir(other) else os.remove(other)
     return None, {}
+
+
+def checkpoint_path(cfg):
+    """ckpt.pt, or with --fsdp the directory ckpt/ (torch.distributed.checkpoint: each rank writes its shards)."""
+    return os.path.join(cfg["out_dir"], "ckpt" if cfg["fsdp"] else "ckpt.pt")
+
+
+def clean_up_after_kill(path, say):
+    """A run killed while it wrote a checkpoint leaves path.tmp, cut off: removed. A sharded checkpoint killed
+    between the two renames of replace_dir leaves path.old and no path: the last complete one, put back."""
+    tmp, old = path + ".tmp", path + ".old"
+    if os.path.exists(tmp):
+        shutil.rmtree(tmp) if os.path.isdir(tmp) else os.remove(tmp)
+        say(f"removed {tmp}, a checkpoint cut off by a kill ({os.path.basename(path)} is the last complete one)")
+    if os.path.exists(old):
+        if os.path.exists(path):
+            shutil.rmtree(old)
+        else:
+            os.replace(old, path)
+            say(f"put back {path} from {old}, left by a kill between two renames")
 
 
 def save_checkpoint(path, state):
@@ -190,6 +224,74 @@ def save_checkpoint(path, state):
     with open(tmp, "rb") as f:
         os.fsync(f.fileno())
     os.replace(tmp, path)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# FSDP2: sharded training and its checkpoints (torch.distributed.fsdp, torch.distributed.checkpoint; imported
+# where used: 0.6 s that runs without --fsdp do not pay)
+
+def shard_model(model, dtype):
+    """fully_shard each block, then the rest (embedding, head, norms, what runs between loop passes) as the root
+    unit: each rank stores 1/world_size of every tensor, a block's weights are all-gathered just before each of its
+    calls (a shared block: once per loop pass) and freed after it, gradients are reduce-scattered. With bf16 the
+    blocks gather their weights in bf16 and reduce gradients in fp32; the root keeps fp32 weights and no input is
+    cast, so the residual stream stays in fp32 as under DDP's autocast. The model changes in place (same module,
+    same state_dict keys); build the optimizer after this, on the sharded parameters."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    bf16 = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32, cast_forward_inputs=False)
+    for block in model.blocks:
+        fully_shard(block, mp_policy=bf16 if dtype == torch.bfloat16 else MixedPrecisionPolicy())
+    fully_shard(model)
+
+
+def optimizer_parts(optimizer):
+    """The torch optimizers inside ours (MuonHAdamW steps two)."""
+    return optimizer.parts() if hasattr(optimizer, "parts") else [optimizer]
+
+
+def save_sharded(path, model, optimizer, run_state, master):
+    """Every rank writes its shards of the weights and the optimizer state (DCP) into path.tmp, rank 0 adds run.pt
+    (the rest of what ckpt.pt holds), then replace_dir swaps it in: a kill -9 at any moment leaves a complete
+    checkpoint (clean_up_after_kill). Before the first optimizer step there is no optimizer state to save."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict
+    tmp = path + ".tmp"
+    parts = optimizer_parts(optimizer)
+    state = {"model": get_model_state_dict(model)}
+    if any(o.state for o in parts):
+        state["optimizer"] = get_optimizer_state_dict(model, parts)
+    dcp.save(state, checkpoint_id=tmp)  # returns once every shard and the metadata are written (and fsynced)
+    if master:
+        save_checkpoint(os.path.join(tmp, "run.pt"), dict(run_state, optimizer_saved="optimizer" in state))
+        replace_dir(tmp, path)
+    dist.barrier()
+
+
+def replace_dir(new, path):
+    """Rename the directory new to path (a directory cannot replace a non-empty one in one rename: two, then
+    the old one is removed)."""
+    old = path + ".old"
+    if os.path.exists(path):
+        os.replace(path, old)
+    os.replace(new, path)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def load_sharded(path, model, optimizer, optimizer_saved):
+    """Each rank reads its shards of the checkpoint directory into the sharded model and optimizer (DCP reshards
+    when the number of ranks changed). The optimizer state is taken (initialised by torch) before the weights are
+    set, so that its initialising step cannot touch them."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import (get_model_state_dict, get_optimizer_state_dict,
+                                                         set_model_state_dict, set_optimizer_state_dict)
+    parts = optimizer_parts(optimizer)
+    state = {"model": get_model_state_dict(model)}
+    if optimizer_saved:
+        state["optimizer"] = get_optimizer_state_dict(model, parts)
+    dcp.load(state, checkpoint_id=path)
+    set_model_state_dict(model, state["model"])
+    if optimizer_saved:
+        set_optimizer_state_dict(model, parts, state["optimizer"])
 
 
 def keep_freed_memory():
@@ -291,14 +393,17 @@ def evaluate(model, data, cfg, ctx, device, rank, world_size):
     as a tensor on the device: accumulated there, read by the caller (one host sync per evaluation)."""
     model.eval()
     total = torch.zeros(2, device=device, dtype=torch.float64)
-    for i, (x, y) in enumerate(data.val_batches(cfg["batch_size"], model.config.block_size, cfg["eval_tokens"])):
-        if i % world_size != rank:
-            continue
+    batches = list(data.val_batches(cfg["batch_size"], model.config.block_size, cfg["eval_tokens"]))
+    for x, y in batches[rank::world_size]:
         x, y = to_device(x, y, device)
         with ctx:
             _, loss, _ = model(x, y)
         total[0] += loss.detach().double() * y.numel()
         total[1] += y.numel()
+    if is_sharded(model):  # every rank runs as many forwards as the others (each gathers weights)
+        for _ in range(-(-len(batches) // world_size) - len(batches[rank::world_size])):
+            with ctx:
+                model(batches[0][0].to(device))
     if world_size > 1:
         dist.all_reduce(total)
     model.train()
@@ -306,8 +411,15 @@ def evaluate(model, data, cfg, ctx, device, rank, world_size):
 
 
 def weights_finite(model):
-    """True (a bool tensor on the device) if every weight is finite."""
-    return torch.stack([torch.isfinite(p).all() for p in model.parameters()]).all()
+    """True (a bool tensor on the device: no host read) if every weight is finite; sharded weights: this rank's
+    shards, then all ranks agree (one all_reduce)."""
+    local = [p.to_local() if hasattr(p, "to_local") else p for p in model.parameters()]  # a DTensor's shard
+    finite = torch.stack([torch.isfinite(p).all() for p in local]).all()
+    if is_sharded(model):
+        finite = finite.float()
+        dist.all_reduce(finite, op=dist.ReduceOp.MIN)
+        finite = finite > 0
+    return finite
 
 
 def read_scalars(values, env, reduce=0):
@@ -337,6 +449,9 @@ def setup(cfg, model_cfg):
     """Processes (DDP through torchrun), device, precision, threads, the vocabulary; the run directory checked.
     Returns (Env, checkpoint to resume or None, the settings --resume_changes changed)."""
     ddp = int(os.environ.get("RANK", -1)) != -1
+    if cfg["fsdp"] and not ddp:
+        raise ConfigError("config error: --fsdp=True shards the model over the ranks that torchrun starts: launch "
+                          "torchrun --nproc_per_node=N train.py ... (N >= 1)")
     if ddp:
         backend = "nccl" if torch.cuda.is_available() and cfg["device"] != "cpu" else "gloo"
         dist.init_process_group(backend=backend)
@@ -374,24 +489,31 @@ def setup(cfg, model_cfg):
 
 
 def build(cfg, model_cfg, ckpt, env):
-    """The model (compiled blocks, DDP-wrapped: `model`; the bare one: `raw_model`), its optimizer, and the step and
-    best validation loss to start from (a resumed checkpoint's)."""
+    """The model (checkpointed and compiled blocks, DDP-wrapped or sharded: `model`; the bare one: `raw_model`),
+    its optimizer, and the step and best validation loss to start from (a resumed checkpoint's)."""
     torch.manual_seed(cfg["seed"])
     raw_model = build_model(model_cfg)
     raw_model.init_weights(cfg["seed"])
     raw_model.to(env.device)
+    if cfg["compile"]:
+        raw_model.compile_blocks()
+    if cfg["activation_checkpointing"]:
+        raw_model.checkpoint_blocks()
+    if cfg["fsdp"]:
+        shard_model(raw_model, env.dtype)
     optimizer = make_optimizer(raw_model, cfg, env.device_type)
     start_step, best_val = 0, float("inf")
     if ckpt is not None:
-        raw_model.load_state_dict(ckpt["model"])
-        optimizer.load_state_dict(ckpt["optimizer"])
+        if cfg["fsdp"]:
+            load_sharded(checkpoint_path(cfg), raw_model, optimizer, ckpt["optimizer_saved"])
+        else:
+            raw_model.load_state_dict(ckpt["model"])
+            optimizer.load_state_dict(ckpt["optimizer"])
         start_step, best_val = ckpt["step"], ckpt["best_val"]
         torch.set_rng_state(ckpt["rng_cpu"])
         env.say(f"resumed {cfg['out_dir']} at step {start_step}")
-    if cfg["compile"]:
-        raw_model.compile_blocks()
-    model = raw_model
-    if env.ddp:
+    model = raw_model  # with --fsdp the sharded model itself
+    if env.ddp and not cfg["fsdp"]:
         model = DDP(raw_model, device_ids=[env.local_rank] if env.device_type == "cuda" else None,
                     find_unused_parameters=cfg["ddp_find_unused"],
                     broadcast_buffers=False)  # each rank keeps its own MoE load counters (moe.update_biases sums them)
@@ -481,10 +603,11 @@ class Checkpoints:
     saved over that checkpoint, and a stop when it lasts collapse_evals evals); before, a warning, and a stop when
     collapse_evals evals after warm-up are no better than guessing uniformly (ln V: a diverged or stuck run)."""
 
-    def __init__(self, cfg, env, entropy, vocab_size, ckpt, start_step, best_val):
+    def __init__(self, cfg, env, entropy, vocab_size, ckpt, start_step, best_val, sharded=None):
         self.cfg, self.say, self.entropy, self.uniform = cfg, env.say, entropy, math.log(vocab_size)
         self.uniform_evals = 0  # evals in a row after warm-up at or above (within 1% of) ln V
-        self.path = os.path.join(cfg["out_dir"], "ckpt.pt")
+        self.path, self.master = checkpoint_path(cfg), env.master
+        self.sharded = sharded  # --fsdp: (model, optimizer), saved by every rank
         self.last_saved = start_step if ckpt is not None else None
         self.saved_val = ckpt.get("val_loss", best_val) if ckpt is not None else float("inf")
         self.collapsed_evals = 0  # evals in a row back at or above the entropy (never saved: 0 at a checkpoint)
@@ -503,6 +626,9 @@ class Checkpoints:
             if keep:
                 self.say(f"step {step}: not saved, to keep the checkpoint of step {self.last_saved} (val loss "
                          f"{self.saved_val:.4f})")
+            elif self.sharded is not None:
+                run_state = {k: v for k, v in state().items() if k not in ("model", "optimizer")}
+                save_sharded(self.path, *self.sharded, run_state, self.master)
             elif state is not None:  # rank 0 writes
                 save_checkpoint(self.path, state())
         if may_save and not keep:
@@ -563,7 +689,8 @@ def main(argv=None):
             "resumed with changed settings (not an exact continuation; max_iters and flops_budget move the "
             "schedule's decay): " + ", ".join(f"{k} {a!r} -> {b!r}" for k, (a, b) in changes.items()))
     entropy = data.unigram_entropy()  # what a model that ignores the context scores: the collapse line
-    checkpoints = Checkpoints(cfg, env, entropy, model_cfg.vocab_size, ckpt, start_step, best_val)
+    checkpoints = Checkpoints(cfg, env, entropy, model_cfg.vocab_size, ckpt, start_step, best_val,
+                              sharded=(raw_model, optimizer) if cfg["fsdp"] else None)
 
     # ---- the loop ----
     # Nothing in a steady-state step reads a value on the host (a GPU sync): the loss and a non-finite flag stay on
@@ -589,7 +716,7 @@ def main(argv=None):
                 "model_config": model_cfg.to_dict(), "train_config": cfg, "step": step, "best_val": best_val,
                 "val_loss": val_loss, "rng_cpu": torch.get_rng_state(),
                 "data_position": {"step": step, "micro_batches_done": step * cfg["grad_accum"]},
-            }) if env.master else None
+            }) if env.master or cfg["fsdp"] else None
             reason = checkpoints.after_eval(step, val_loss, step > start_step or ckpt is None, state)
             if reason:
                 checkpoints.stop(reason, env)
@@ -650,8 +777,8 @@ def main(argv=None):
         if val_loss >= entropy and max_steps > cfg["warmup_iters"]:
             say("warning: the run ended at or above the unigram entropy: it learned nothing beyond token "
                 "frequencies (try another lr; see log.jsonl)")
-        if cfg["sample_tokens"] > 0:
-            print_sample(raw_model, data.meta["tokenizer"], cfg, env)
+    if cfg["sample_tokens"] > 0 and (env.master or cfg["fsdp"]):  # a sharded model generates on every rank
+        print_sample(raw_model, data.meta["tokenizer"], cfg, env)
     log.close()
     if env.ddp:
         dist.barrier()  # tear down together: a rank that leaves while the other still works can abort in gloo

@@ -275,6 +275,42 @@ def test_counters_untouched_in_eval_and_without_grad():
     assert torch.equal(m.expert_bias, bias)  # nothing counted, nothing moves
 
 
+@pytest.mark.parametrize("looped, compiled", [(False, False), (True, False), (True, True)])
+def test_activation_checkpointing_changes_nothing_but_memory(looped, compiled):
+    """Checkpointed blocks recompute their forward in the backward: losses, gradients, the routing counters and
+    the router biases after a few steps equal those of the plain model (the recomputation must not count a token a
+    second time). Looped: a shared MoE block called once per pass, between a prelude and a coda. Compiled: both
+    models' blocks compiled (aot_eager: traced like inductor, run eagerly), the checkpoint around them."""
+    import optim
+    kw = dict(n_loop=2, n_prelude=0 if compiled else 1, n_coda=1, n_layer=1) if looped else {}
+    cfg = small_config(block_size=16, vocab_size=64, moe_bias_rate=0.01, **kw)
+    batches = [torch.randint(0, 64, (2, 16), generator=torch.Generator().manual_seed(i)) for i in range(3)]
+    runs = []
+    for checkpointing in (False, True):
+        model = build_model(cfg).init_weights(0)
+        if compiled:
+            model.compile_blocks(backend="eager")
+        if checkpointing:
+            model.checkpoint_blocks()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+        losses = [optim.train_step(model, opt, lambda i, x=x: (x, x.roll(-1, 1)))[0] for x in batches[:-1]]
+        _, loss, aux = model(batches[-1], batches[-1].roll(-1, 1))
+        (loss + sum(aux.values())).backward()
+        runs.append(dict(losses=torch.stack(losses), grads={n: p.grad for n, p in model.named_parameters()},
+                         loads=[m.expert_load.clone() for m in moe.moe_layers(model)],
+                         bias=[m.expert_bias.clone() for m in moe.moe_layers(model)]))
+    plain, ckpt = runs
+    # each token's k=2 slots once per layer call: 2 layers, or (prelude +) 2 passes of the shared layer + coda
+    assert sum(load.sum() for load in plain["loads"]) == 2 * 16 * 2 * (3 + (not compiled) if looped else 2)
+    assert any(bias.abs().sum() > 0 for bias in plain["bias"])  # the biases moved
+    torch.testing.assert_close(ckpt["losses"], plain["losses"], rtol=0, atol=0)
+    for key in ("loads", "bias"):
+        for a, b in zip(ckpt[key], plain[key]):
+            torch.testing.assert_close(a, b, rtol=0, atol=0)
+    for name, g in plain["grads"].items():
+        torch.testing.assert_close(ckpt["grads"][name], g, rtol=1e-6, atol=1e-7, msg=name)
+
+
 def _gloo_worker(rank, init_file, out_dir):
     import torch.distributed as dist
     torch.set_num_threads(1)

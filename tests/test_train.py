@@ -402,3 +402,107 @@ def test_short_cpu_run_learns_a_nat(tmp_path):
                 f"--data_dir={tmp_path / 'offline'}", f"--out_dir={out}"])
     vals = [r["val_loss"] for r in read_log(out) if "val_loss" in r]
     assert vals[0] - vals[-1] >= 1.0, vals
+
+
+# ---- FSDP2, sharded checkpoints, memory (one torchrun launch of tests/fsdp_worker.py, one resume launch) ----------
+
+def torchrun(args, **kw):
+    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"] + args,
+                          cwd=REPO, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"), **kw)
+
+
+@pytest.fixture(scope="module")
+def fsdp_runs(data_dir, tmp_path_factory):
+    """The runs of tests/fsdp_worker.py (its docstring lists them). The launch ends with its planned SIGKILL."""
+    root = tmp_path_factory.mktemp("fsdp")
+    res = torchrun(["tests/fsdp_worker.py", str(root)] + data_dir)
+    assert (root / "memory_rank1.json").exists() and (root / "cut" / "ckpt.old").exists(), res.stderr[-4000:]
+    return root, data_dir
+
+
+@pytest.mark.parametrize("case", ["gpt", "looped", "moe", "muonh"])
+def test_fsdp_trains_as_ddp(fsdp_runs, case):
+    """2 gloo ranks, 20 steps of 4 micro-batches (MuonH: 5): the same losses, validation losses and final weights
+    (MoE router biases included) with --fsdp as with DDP; the looped case's shared block is called once per pass,
+    the MoE one checkpoints activations under FSDP. The sharded checkpoint is read whole by load_model, as
+    sample.py and the analyses read it."""
+    root, _ = fsdp_runs
+    ddp, fsdp = str(root / f"{case}_ddp"), str(root / f"{case}_fsdp")
+    a, b = losses(ddp), losses(fsdp)
+    assert sorted(a) == sorted(b) == list(range(5 if case == "muonh" else 20))
+    for step in a:  # reduce-scatter sums in another order than all-reduce: equal up to float rounding
+        assert b[step] == pytest.approx(a[step], rel=1e-5, abs=1e-5), step
+    va = [r["val_loss"] for r in read_log(ddp) if "val_loss" in r]
+    assert [r["val_loss"] for r in read_log(fsdp) if "val_loss" in r] == pytest.approx(va, rel=1e-5)
+    assert os.path.isdir(os.path.join(fsdp, "ckpt")) and not os.path.exists(os.path.join(fsdp, "ckpt.pt"))
+    (m_ddp, c_ddp), (m_fsdp, c_fsdp) = load_model(ddp), load_model(fsdp)
+    assert c_fsdp["step"] == len(a) and c_fsdp["model_config"] == c_ddp["model_config"]
+    state = m_ddp.state_dict()
+    assert state.keys() == m_fsdp.state_dict().keys()
+    atol = 1e-3 if case == "muonh" else 1e-5  # MuonH orthogonalises in bf16 (torch.optim.Muon): rounding grows
+    for name, value in m_fsdp.state_dict().items():
+        torch.testing.assert_close(value, state[name], rtol=0, atol=atol, msg=name)
+    if case == "moe":
+        assert state["blocks.0.ffn.expert_bias"].abs().sum() > 0  # the biases moved, and moved alike
+
+
+def test_fsdp_bf16_smoke(fsdp_runs):
+    root, _ = fsdp_runs
+    steps = losses(str(root / "bf16"))
+    assert sorted(steps) == [0, 1, 2] and all(math.isfinite(v) for v in steps.values())
+    assert steps[2] < steps[0]
+
+
+def test_fsdp_memory_prediction_is_what_each_rank_holds(fsdp_runs):
+    """scaling.memory_per_gpu's FSDP parameters, gradients and optimizer state are the bytes rank 0 (the largest
+    shards) holds after a step, and rank 1 holds no more; both together hold DDP's one copy."""
+    root, _ = fsdp_runs
+    ranks = [json.load(open(root / f"memory_rank{r}.json")) for r in (0, 1)]
+    predicted = ranks[0]["predicted"]
+    for key in ("params", "grads", "optimizer"):
+        assert ranks[0]["held"][key] == predicted["fsdp"][key], key
+        assert ranks[1]["held"][key] <= predicted["fsdp"][key], key
+    assert ranks[0]["held"]["params"] + ranks[1]["held"]["params"] == predicted["ddp"]["params"]
+
+
+def test_fsdp_resume_after_kill_between_the_renames(fsdp_runs):
+    """The worker killed the --fsdp run while it swapped in its step-10 checkpoint (the old one renamed away, the
+    new one complete but not renamed in): --resume puts step 5's back, drops the other, and the resumed run's
+    losses equal the uninterrupted run's."""
+    root, data_dir = fsdp_runs
+    cut = root / "cut"
+    assert not (cut / "ckpt").exists() and (cut / "ckpt.tmp" / ".metadata").exists()
+    res = torchrun(["train.py"] + TINY + data_dir + ["--grad_accum=4", "--eval_tokens=1024", "--max_iters=20",
+                                                     "--eval_interval=5", "--fsdp=True", f"--out_dir={cut}",
+                                                     "--resume"])
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "put back" in res.stdout and "resumed" in res.stdout and "at step 5" in res.stdout
+    assert not (cut / "ckpt.tmp").exists() and not (cut / "ckpt.old").exists()
+    assert losses(str(cut)) == losses(str(root / "gpt_fsdp"))
+    assert json.load(open(cut / "result.json"))["val_loss"] == \
+        json.load(open(root / "gpt_fsdp" / "result.json"))["val_loss"]
+
+
+def test_sharded_checkpoint_swap_leaves_a_complete_one(tmp_path):
+    """replace_dir's two renames, and what clean_up_after_kill finds after a kill at each point."""
+    said = []
+    path = str(tmp_path / "ckpt")
+    os.makedirs(path + ".tmp")
+    train.replace_dir(path + ".tmp", path)  # the first checkpoint
+    assert os.listdir(tmp_path) == ["ckpt"]
+    os.makedirs(path + ".tmp")
+    open(path + ".tmp/new", "w").close()
+    train.clean_up_after_kill(path, said.append)  # killed while writing: the cut-off one goes
+    assert os.listdir(tmp_path) == ["ckpt"] and "removed" in said[0]
+    os.replace(path, path + ".old")  # killed between the renames: the old one comes back
+    os.makedirs(path + ".tmp")
+    train.clean_up_after_kill(path, said.append)
+    assert os.listdir(tmp_path) == ["ckpt"] and "put back" in said[-1]
+    os.makedirs(path + ".old")  # killed before the old one was removed: it goes
+    train.clean_up_after_kill(path, said.append)
+    assert os.listdir(tmp_path) == ["ckpt"]
+
+
+def test_fsdp_needs_torchrun(data_dir, tmp_path):
+    with pytest.raises(ConfigError, match="--fsdp=True shards the model over the ranks that torchrun starts"):
+        train.main(TINY + data_dir + ["--fsdp=True", f"--out_dir={tmp_path / 'one'}"])
