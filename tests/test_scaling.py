@@ -430,16 +430,12 @@ def test_activation_prediction_matches_what_autograd_saves(kw, dtype):
     assert mem["activations"] + mem["weight_copies"] == pytest.approx(measured, rel=0.08)
 
 
-def test_memory_cli_says_how_many_gpus_the_3b_loopmoe_needs(capsys):
+def test_memory_cli_says_how_many_gpus_the_3b_loopmoe_needs(capsys, monkeypatch):
     """The 3B LoopMoE preset: DDP, whose every GPU holds 3.06e9 parameters, their gradients twice (buckets) and
     AdamW's two moments (16 x 3.06e9 bytes), does not fit an 80 GiB GPU with stored activations; FSDP does on
     enough GPUs; sharding over more GPUs lowers every sharded part by their number."""
-    cwd = os.getcwd()
-    os.chdir(ROOT)
-    try:
-        out = scaling.main(["count", "config/loopmoe.py", "--memory", "--gpus=8"])
-    finally:
-        os.chdir(cwd)
+    monkeypatch.chdir(ROOT)
+    out = scaling.main(["count", "config/loopmoe.py", "--memory", "--gpus=8"])
     mem, needed = out["memory_per_gpu"], out["fsdp_gpus_needed"]
     n = out["params_unique"]
     assert (mem["ddp"]["params"], mem["ddp"]["grads"]) == (4 * n, 8 * n)
