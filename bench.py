@@ -141,63 +141,95 @@ def probe_step(step, model, optimizer):
     return dict(peak_mem_gib=peak / 2 ** 30, sync_free=sync_free, sync_error=why)
 
 
+def preset_models(cfg, model_cfg, argv):
+    """{name: GPTConfig} of the preset; fills the preset's own defaults into cfg where the command line gave none."""
+    given = {a[2:].split("=", 1)[0] for a in argv if a.startswith("--")}
+    if cfg["preset"] == "default":
+        return {"default": model_cfg}
+    if cfg["preset"] == "nanogpt":
+        cfg["batch_size"] = 8 if "batch_size" not in given else cfg["batch_size"]
+        return {"nanogpt": GPTConfig(**{**model_cfg.to_dict(), "n_embd": 256, "n_layer": 8, "block_size": 256,
+                                        "vocab_size": 50257, "mup": False})}
+    if cfg["preset"] == "gpu":
+        if not cfg["device"].startswith("cuda"):
+            raise ConfigError(f"bench.py: --preset=gpu measures the GPU path (d=1024, bf16, compiled) and needs a "
+                              f"CUDA device, not {cfg['device']!r}: run it with --device=cuda on a machine with a GPU")
+        keys = [a for a in argv if a.startswith("--") and a[2:].split("=", 1)[0] in GPTConfig.__dataclass_fields__]
+        cfg.update({k: v for k, v in dict(dtypes="bfloat16", compiles="True", warmup=3).items() if k not in given})
+        return {name: preset_model(path, ["--n_embd=1024"] + keys) for name, path in GPU_MODELS.items()}
+    raise ValueError(f"preset must be default|nanogpt|gpu, got {cfg['preset']!r}")
+
+
+def make_setup(name, mcfg, dtype_name, dtype, compiled, cfg, sync):
+    """One (model, dtype, compiled) case with its own model and optimizer, warmed up: train.py's step, clipping
+    included, on a fixed random batch."""
+    dev, B, T = cfg["device"], cfg["batch_size"], mcfg.block_size
+    x = torch.randint(0, mcfg.vocab_size, (B, T), device=dev)
+    model = build_model(mcfg).init_weights(0).to(dev)
+    if compiled:
+        model.compile_blocks()
+    opt_cfg = dict(lr=1e-3, weight_decay=0.0, wd_independent=True, adam_eps=1e-8, optimizer="adamw", beta1=0.9,
+                   beta2=0.95)
+    optimizer = make_optimizer(model, opt_cfg, dev.split(":")[0])
+    ctx = nullcontext() if dtype == torch.float32 else torch.autocast(dev.split(":")[0], dtype=dtype)
+
+    def step():
+        train_step(model, optimizer, lambda _: (x, x), ctx=ctx, grad_clip=1.0)
+    for _ in range(cfg["warmup"]):
+        step()
+    sync()
+    return dict(name=name, model_cfg=mcfg, x=x, dtype=dtype_name, torch_dtype=dtype, compiled=compiled, model=model,
+                optimizer=optimizer, ctx=ctx, step=step, tokens=B * T, times=[],
+                flops=scaling.flops_per_token(model, "schwethelm", T) * B * T)
+
+
+def report(s, cfg, ref, label):
+    """The result row of one timed case, printed as one line."""
+    dt = statistics.median(s["times"])
+    flops = s["flops"] / dt
+    mfu = flops / s["peak"] if s["peak"] else None
+    if mfu is not None and mfu > 1:  # faster than the reference matmul: the reference is what went wrong
+        mfu = None
+    row = dict(preset=cfg["preset"], model=s["name"], n_embd=s["model_cfg"].n_embd, dtype=s["dtype"],
+               compiled=s["compiled"], clock=cfg["clock"], threads=torch.get_num_threads(), step_s=dt,
+               tokens_per_s=s["tokens"] / dt, flops_per_s=flops, peak_flops_per_s=s["peak"], mfu=mfu,
+               **{k: s[k] for k in ("peak_mem_gib", "sync_free", "sync_error", "graph_breaks") if k in s})
+    if mfu is not None:
+        share = f"{100 * mfu:5.1f}% of {s['peak'] / 1e9:.0f} GFLOP/s ({ref})"
+    else:
+        share = "MFU n/a: faster than the unreliable reference" if s["peak"] else "MFU n/a: unknown peak"
+    extra = ""
+    if "peak_mem_gib" in s:
+        extra += f" | peak mem {s['peak_mem_gib']:.1f} GiB | host syncs: {'none' if s['sync_free'] else 'YES'}"
+    if "graph_breaks" in s:
+        extra += f" | graph breaks {max(s['graph_breaks'].values(), default=0)} per block/loss"
+    print(f"{label}{s['dtype']:>8} {'compiled' if s['compiled'] else 'eager':>8}: {dt * 1e3:7.1f} ms/step "
+          f"{s['tokens'] / dt:9,.0f} tok/s {flops / 1e9:7.1f} GFLOP/s = {share}{extra}", flush=True)
+    if s.get("sync_error"):
+        print(f"  first host sync: {s['sync_error']}")
+    return row
+
+
 def main(argv=None):
     argv = list(argv if argv is not None else sys.argv[1:])
     defaults = {k: v for k, v in globals().items() if not k.startswith("_")}
     cfg, model_cfg = configure(defaults, GPTConfig, argv, doc_source=__file__)
     cfg["device"] = pick_device(cfg["device"])
-    given = {a[2:].split("=", 1)[0] for a in argv if a.startswith("--")}
-    models = {cfg["preset"]: model_cfg}
-    if cfg["preset"] == "nanogpt":
-        models = {"nanogpt": GPTConfig(**{**model_cfg.to_dict(), "n_embd": 256, "n_layer": 8, "block_size": 256,
-                                          "vocab_size": 50257, "mup": False})}
-        cfg["batch_size"] = 8 if "batch_size" not in given else cfg["batch_size"]
-    elif cfg["preset"] == "gpu":
-        if not cfg["device"].startswith("cuda"):
-            raise ConfigError(f"bench.py: --preset=gpu measures the GPU path (d=1024, bf16, compiled) and needs a "
-                              f"CUDA device, not {cfg['device']!r}: run it with --device=cuda on a machine with a GPU")
-        keys = [a for a in argv if a.startswith("--") and a[2:].split("=", 1)[0] in GPTConfig.__dataclass_fields__]
-        models = {name: preset_model(path, ["--n_embd=1024"] + keys) for name, path in GPU_MODELS.items()}
-        cfg.update({k: v for k, v in dict(dtypes="bfloat16", compiles="True", warmup=3).items() if k not in given})
-    elif cfg["preset"] != "default":
-        raise ValueError(f"preset must be default|nanogpt|gpu, got {cfg['preset']!r}")
-    dev = cfg["device"]
-    on_cuda = dev.startswith("cuda")
+    models = preset_models(cfg, model_cfg, argv)
+    on_cuda = cfg["device"].startswith("cuda")
     if not on_cuda:
         torch.set_num_threads(train.cpu_threads(cfg["threads"]))
         train.keep_freed_memory()  # as train.py does on CPU
     now = timer(cfg["clock"])
     sync = torch.cuda.synchronize if on_cuda else (lambda: None)
-    B = cfg["batch_size"]
-
     dtypes = {name: {"float32": torch.float32, "bfloat16": torch.bfloat16}[name]
               for name in runnable_dtypes(cfg["dtypes"], "cuda" if on_cuda else "cpu")}
     # reference FLOP/s per dtype; on CPU measured before any model exists, then again after each round (the best)
     peaks = {dtype: train.peak_flops("cuda", dtype) if on_cuda else cpu_matmul_rate(dtype, now)
              for dtype in dtypes.values()}
-    setups = []  # every (model, dtype, compiled) with its own model and optimizer, warmed up before any timing
-    for name, mcfg in models.items():
-        T = mcfg.block_size
-        x = torch.randint(0, mcfg.vocab_size, (B, T), device=dev)
-        for dtype_name, dtype in dtypes.items():
-            for compiled in [c.strip() == "True" for c in cfg["compiles"].split(",")]:
-                model = build_model(mcfg).init_weights(0).to(dev)
-                if compiled:
-                    model.compile_blocks()
-                opt_cfg = dict(lr=1e-3, weight_decay=0.0, wd_independent=True, adam_eps=1e-8, optimizer="adamw",
-                               beta1=0.9, beta2=0.95)
-                optimizer = make_optimizer(model, opt_cfg, "cuda" if on_cuda else "cpu")
-                ctx = nullcontext() if dtype == torch.float32 else torch.autocast(dev.split(":")[0], dtype=dtype)
-
-                def step(model=model, optimizer=optimizer, ctx=ctx, x=x):  # train.py's step: clipping included
-                    train_step(model, optimizer, lambda _: (x, x), ctx=ctx, grad_clip=1.0)
-                for _ in range(cfg["warmup"]):
-                    step()
-                sync()
-                flops_per_step = scaling.flops_per_token(model, "schwethelm", T) * B * T
-                setups.append(dict(name=name, model_cfg=mcfg, x=x, dtype=dtype_name, torch_dtype=dtype,
-                                   compiled=compiled, model=model, optimizer=optimizer, ctx=ctx, step=step,
-                                   flops=flops_per_step, tokens=B * T, times=[]))
+    compiles = [c.strip() == "True" for c in cfg["compiles"].split(",")]
+    setups = [make_setup(name, mcfg, dtype_name, dtype, compiled, cfg, sync)  # all warmed up before any timing
+              for name, mcfg in models.items() for dtype_name, dtype in dtypes.items() for compiled in compiles]
     for _ in range(cfg["rounds"]):
         for s in setups:
             for _ in range(cfg["steps"]):
@@ -209,45 +241,19 @@ def main(argv=None):
             for dtype in peaks:
                 peaks[dtype] = max(peaks[dtype], cpu_matmul_rate(dtype, now))
     for s in setups:  # after the timings: explain resets dynamo's caches
+        s["peak"] = peaks[s["torch_dtype"]]
         if on_cuda:
             s.update(probe_step(s["step"], s["model"], s["optimizer"]))
         if s["compiled"]:
-            s["graph_breaks"] = graph_breaks(s["model_cfg"], dev, s["ctx"], s["x"])
-
+            s["graph_breaks"] = graph_breaks(s["model_cfg"], cfg["device"], s["ctx"], s["x"])
     ref = "bf16 peak" if on_cuda else f"{cfg['clock']}-clock matmul in this dtype, {torch.get_num_threads()} threads"
-    results = []
-    for s in setups:
-        dt = statistics.median(s["times"])
-        flops = s["flops"] / dt
-        s["peak"] = peaks[s["torch_dtype"]]
-        mfu = flops / s["peak"] if s["peak"] else None
-        if mfu is not None and mfu > 1:  # faster than the reference matmul: the reference is what went wrong
-            mfu = None
-        row = dict(preset=cfg["preset"], model=s["name"], n_embd=s["model_cfg"].n_embd, dtype=s["dtype"],
-                   compiled=s["compiled"], clock=cfg["clock"], threads=torch.get_num_threads(), step_s=dt,
-                   tokens_per_s=s["tokens"] / dt, flops_per_s=flops, peak_flops_per_s=s["peak"], mfu=mfu,
-                   **{k: s[k] for k in ("peak_mem_gib", "sync_free", "sync_error", "graph_breaks") if k in s})
-        results.append(row)
-        if mfu is not None:
-            share = f"{100 * mfu:5.1f}% of {s['peak'] / 1e9:.0f} GFLOP/s ({ref})"
-        else:
-            share = ("MFU n/a: faster than the unreliable reference" if s["peak"] else "MFU n/a: unknown peak")
-        extra = ""
-        if "peak_mem_gib" in s:
-            extra += f" | peak mem {s['peak_mem_gib']:.1f} GiB | host syncs: {'none' if s['sync_free'] else 'YES'}"
-        if "graph_breaks" in s:
-            extra += f" | graph breaks {max(s['graph_breaks'].values(), default=0)} per block/loss"
-        label = f"{s['name']} " if len(models) > 1 else ""
-        print(f"{label}{s['dtype']:>8} {'compiled' if s['compiled'] else 'eager':>8}: {dt * 1e3:7.1f} ms/step "
-              f"{s['tokens'] / dt:9,.0f} tok/s {flops / 1e9:7.1f} GFLOP/s = {share}{extra}", flush=True)
-        if s.get("sync_error"):
-            print(f"  first host sync: {s['sync_error']}")
+    results = [report(s, cfg, ref, f"{s['name']} " if len(models) > 1 else "") for s in setups]
     ratios = model_ratios(results)
     for k, v in ratios.items():
         print(f"{k}: {v:.3f}")
     if cfg["out"]:
         with open(cfg["out"], "w") as f:
-            json.dump({"models": {k: m.to_dict() for k, m in models.items()}, "batch_size": B,
+            json.dump({"models": {k: m.to_dict() for k, m in models.items()}, "batch_size": cfg["batch_size"],
                        "device": torch.cuda.get_device_name() if on_cuda else "cpu", "results": results,
                        "ratios": ratios}, f, indent=1)
 
