@@ -7,6 +7,8 @@
 # where the curves are flat but the seeds agree better (Looped-MoE's two seeds differ by 0.13 nats at 4e-3, 0.03 at
 # 2e-3); Looped and MoE take their dense or sparse sibling's. records/lee2026.md holds the design, the power
 # estimate and the parts:
+# Its first runs (Base at 1e11 and 3e11, seed 1337) found the optimum at or below d=16 at those budgets (more than
+# 80 tokens per parameter): records/lee2026.md gives the numbers and the grid that replaces this one's budgets.
 #     python scaling.py sweep config/sweeps/isoflop_cpu.py --dry_run
 #     python scaling.py sweep config/sweeps/isoflop_cpu.py --only='_C(1e11|3e11)_.*_s1337'   # part 1
 #     python scaling.py figures records/
