@@ -1,4 +1,5 @@
-# The CPU reproductions that the fidelity fixes changed, training seeds 1337 and 7, and 42 where an effect is within twice their spread:
+# The CPU reproductions that the fidelity fixes changed, training seeds 1337 and 7, and 42 where an effect is
+# within twice their spread:
 # - Chen et al. 2026 (arXiv:2606.04438, Table 3) ablation ladder at matched params and per-token FLOPs (strict
 #   reading: IterAdaLN's modulators count): Vanilla MoE -> Loop Base -> + IterAdaLN -> LoopMoE (+ balancing),
 #   800 steps x 1,024 tokens each, compared by validation loss.
