@@ -2,18 +2,19 @@
 # worse than its plain-loop twin at full depth (config/sweeps/fidelity_cpu.py: validation loss 2.68 / 2.41 vs
 # 1.84 / 1.82), which the paper's Table 1 contradicts. Which part costs the loss? Each arm changes one thing of
 # config/loopformer_cpu.py at seed 7 and 800 steps (as in the fidelity sweep): the t/dt conditioning alone
-# (lambda_1 = lambda_2 = 0: the objective is the plain loop's), and the full objective at a third of the LR.
-# About 15 minutes of one core; records/jeddi2026.md compares them with the fidelity sweep's seed-7 runs.
+# (lambda_1 = lambda_2 = 0: the objective is the plain loop's), the full objective at a third of the LR, and the
+# released code's N(0, 0.02) init of the modulators instead of adaLN-zero. About 25 minutes of one core; records/jeddi2026.md compares them with the fidelity sweep's seed-7 runs.
 #     python scaling.py sweep config/sweeps/loopformer_pilot_cpu.py
 name = "loopformer_pilot_cpu"
 record = "records/jeddi2026"
-figures = {"arms": ["--law=compare", "--archs=('conditioning_only','lr1e-3')"]}
+figures = {"arms": ["--law=compare", "--archs=('conditioning_only','lr1e-3','cond_init_normal')"]}
 common = dict(data_source="offline", sample_tokens=0, max_iters=800, eval_interval=200, seed=7)
 env = dict(OMP_NUM_THREADS="1")
 flops_per_second = 4e10
 
 
 def points():
-    arms = {"conditioning_only": dict(shortcut_weight=0.0, consistency_weight=0.0), "lr1e-3": dict(lr=1e-3)}
+    arms = {"conditioning_only": dict(shortcut_weight=0.0, consistency_weight=0.0), "lr1e-3": dict(lr=1e-3),
+            "cond_init_normal": dict(cond_init="normal")}
     return [dict(name=f"{arm}_s7", arch=arm, configs=["config/loopformer_cpu.py"], overrides=over)
             for arm, over in arms.items()]
