@@ -30,6 +30,7 @@ import itertools
 import json
 import math
 import os
+import re
 import sys
 from collections import namedtuple
 
@@ -753,7 +754,6 @@ def run_sweep(spec, dry_run=False, only="", retry_failed=False, limit=0, paralle
     out = sweep_dir(spec)
     results = os.path.join(out, "results.jsonl")
     record = spec.get("record") or ""  # one directory, or {arch: directory} for a sweep that serves several papers
-    import re
     planned = [q for q in plan(spec) if re.search(only, q["point"].name)]
     if not planned:
         raise SystemExit(f"no point of sweep {spec['name']} matches --only={only!r}; `--dry_run` lists the names")
