@@ -44,7 +44,7 @@ from model import GPT, GPTConfig, Label, RMSNorm, add_aux
 # the GPTConfig fields of the "looping" section; a config that leaves all of them at their defaults is plain
 LOOP_FIELDS = ("n_loop", "n_prelude", "n_coda", "injection", "hc_lanes", "hc_pool", "loop_norm", "bptt_loops",
                "residual_scaling", "residual_lambda", "residual_ref_layers", "loop_cond", "cond_init",
-               "elastic", "shortcut_weight", "consistency_weight", "consistency_on", "trajectory_sampler")
+               "cond_lr_scale", "elastic", "shortcut_weight", "consistency_weight", "consistency_on", "trajectory_sampler")
 
 
 def is_plain(config):
@@ -631,6 +631,11 @@ class LoopedGPT(GPT):
         if role == "norm" and name.startswith("blocks.") and self.config.residual_scaling == "factorized":
             return "block_norm"
         return role
+
+    def lr_multiplier(self, name):
+        """cond_lr_scale for the per-pass conditioning: the blocks' modulators and the loop/step embedders."""
+        cond = ".modulator." in name or name.startswith(("loop_embed.", "step_embed."))
+        return self.config.cond_lr_scale if cond else 1.0
 
     def group_scales(self, role):
         """muP's (lr, eps) multipliers times Wang et al.'s depth rule under residual_scaling='factorized':

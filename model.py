@@ -84,6 +84,11 @@ class GPTConfig:
     # (LoopFormer), early_exit (Base-Loop-EE-Cons, TMLT-EE), random_depth (Naive-Loop-EE).
     loop_cond: str = "none"  # none | index | loopformer | iteradaln (see the heading)
     cond_init: str = "zero"  # modulator output init: zero (the papers) | normal (LoopFormer's code: N(0, 0.02))
+    # LR multiplier of the conditioning (modulators, loop/step embedders). 1 = the papers' one LR for all. A pass's
+    # conditioning vector is the same for every token, so the modulator's weight gradient is rank one and Adam moves
+    # its gates by about lr*|silu(c)|_1 a step, ~100x a norm gain's lr: at a small model's LR the gates blow up
+    # (records/jeddi2026.md); 0.1 trains them like the plain loop.
+    cond_lr_scale: float = 1.0
     elastic: str = "none"  # none | shortcut | early_exit | random_depth (see the heading)
     shortcut_weight: float = 0.1  # lambda_1: weight of the shortcut (or early-exit) cross-entropy
     consistency_weight: float = 0.1  # lambda_2: weight of the consistency MSE
@@ -149,6 +154,7 @@ class GPTConfig:
         need(self.hc_lanes != 1, "hc_lanes must be 0 (off) or >= 2 (Schwethelm et al. use 2)")
         need(self.hc_lanes == 0 or self.injection == "none",
              f"hyper-connections replace the input injection: set injection='none' (got {self.injection!r})")
+        need(self.cond_lr_scale > 0, f"cond_lr_scale must be > 0 (1 = the model's LR), got {self.cond_lr_scale}")
         need(self.elastic == "none" or self.n_loop >= 2, f"elastic={self.elastic!r} needs n_loop >= 2")
         need(self.elastic != "shortcut" or self.loop_cond == "loopformer",
              "elastic='shortcut' trains LoopFormer trajectories: set loop_cond='loopformer' "
@@ -797,14 +803,19 @@ class GPT(nn.Module):
         for name, p in self.named_parameters():
             if not p.requires_grad:
                 continue
-            role = self.param_role(name, p)
-            if role not in groups:
+            role, extra = self.param_role(name, p), self.lr_multiplier(name)
+            key = (role, extra)  # parameters of one role with another LR multiplier form a group of their own
+            if key not in groups:
                 lr_scale, eps_scale = self.group_scales(role)
-                groups[role] = dict(params=[], names=[], role=role, lr_scale=lr_scale, eps_scale=eps_scale,
-                                    decay=role != "norm" and p.dim() >= 2)
-            groups[role]["params"].append(p)
-            groups[role]["names"].append(name)
+                groups[key] = dict(params=[], names=[], role=role, lr_scale=lr_scale * extra, eps_scale=eps_scale,
+                                   decay=role != "norm" and p.dim() >= 2)
+            groups[key]["params"].append(p)
+            groups[key]["names"].append(name)
         return list(groups.values())
+
+    def lr_multiplier(self, name):
+        """An LR multiplier of one parameter on top of its role's (LoopedGPT: the conditioning's cond_lr_scale)."""
+        return 1.0
 
     def compile_blocks(self, **kwargs):
         """torch.compile each block's forward in place (state_dict keys unchanged, no `_orig_mod.`); the depth loop
