@@ -14,6 +14,11 @@ tokenizer = "byte"
 mup = False
 proj_init = "gpt2"  # c_proj N(0, 0.02^2/(2*n_layer)), as the released code
 loop_cond = "loopformer"
+# The paper trains every parameter at one LR (6e-4 at d=2048). At this preset's 3e-3 the adaLN gates and scales grow
+# to |alpha| ~ 10 within 300 steps and the model stalls near 3 nats (the plain loop: 2.3): a pass's conditioning is
+# one vector for every token, so Adam moves the modulator outputs ~100x faster than a norm gain. A tenth of the LR on
+# the conditioning trains like the plain loop (records/jeddi2026.md, the pilots); --cond_lr_scale=1 is the paper's.
+cond_lr_scale = 0.1
 elastic = "shortcut"
 trajectory_sampler = "uniform"  # the paper's (§3.3); the README's CPU checkpoints were trained with "greedy"
 optimizer = "adamw"

@@ -4,7 +4,9 @@
 #   reading: IterAdaLN's modulators count): Vanilla MoE -> Loop Base -> + IterAdaLN -> LoopMoE (+ balancing),
 #   800 steps x 1,024 tokens each, compared by validation loss.
 # - Jeddi et al. 2026 (arXiv:2602.11451, Table 1) elastic depth: LoopFormer 2x4 with the paper's uniform trajectory
-#   sampler and the released code's c_proj init, and its plain-loop twin (800 steps x 2,048 tokens).
+#   sampler and the released code's c_proj init, and its plain-loop twin (800 steps x 2,048 tokens); the preset's
+#   tenth of the LR on the conditioning (loopformer) and the paper's one LR (loopformer_lr1, where our LoopFormer
+#   stalled); the plain loop trained at each budget M = 1, 2, 3 passes (Table 1's fixed-depth rows).
 # - Schwethelm et al. 2026 (arXiv:2604.21106, App. C.2/G.1) hyper-connections (increment lanes, mean pooling) vs
 #   the passthrough loop at r=4, d=128, C=6e12 (ten times the injection ablation's budget: 340 steps).
 #     python scaling.py sweep config/sweeps/fidelity_cpu.py
@@ -18,7 +20,8 @@ env = dict(OMP_NUM_THREADS="1")
 flops_per_second = 4e10
 SEEDS = (1337, 7, 42)  # the third seed where an effect is within twice the spread (HC, the middle rungs)
 record = {**dict.fromkeys(("vanilla", "loop_base", "iteradaln", "loopmoe"), "records/chen2026"),
-          **dict.fromkeys(("loopformer", "plain_loop"), "records/jeddi2026"),
+          **dict.fromkeys(("loopformer", "loopformer_lr1", "plain_loop", "plain_loop_M1", "plain_loop_M2",
+                           "plain_loop_M3"), "records/jeddi2026"),
           **dict.fromkeys(("hc", "passthrough"), "records/schwethelm2026")}
 figures = {  # python scaling.py figures records/
     "ladder": ["--law=compare", "--archs=('vanilla','loop_base','iteradaln','loopmoe')", "--reference=vanilla"],
@@ -27,7 +30,9 @@ figures = {  # python scaling.py figures records/
 _iso = runpy.run_path(os.path.join(os.path.dirname(__file__), "isodepth_cpu.py"))
 LADDER = {"vanilla": "loopmoe_vanilla_cpu", "loop_base": "loopmoe_loop_base_cpu",
           "iteradaln": "loopmoe_iteradaln_cpu", "loopmoe": "loopmoe_cpu"}
-ELASTIC = {"loopformer": {}, "plain_loop": dict(loop_cond="none", elastic="none")}
+PLAIN = dict(loop_cond="none", elastic="none")
+ELASTIC = {"loopformer": {}, "loopformer_lr1": dict(cond_lr_scale=1.0), "plain_loop": PLAIN,
+           **{f"plain_loop_M{m}": dict(PLAIN, n_loop=m) for m in (1, 2, 3)}}
 LANES = {"hc": dict(injection="none", hc_lanes=2), "passthrough": dict(injection="none")}
 
 

@@ -3,18 +3,28 @@
 # 1.84 / 1.82), which the paper's Table 1 contradicts. Which part costs the loss? Each arm changes one thing of
 # config/loopformer_cpu.py at seed 7 and 800 steps (as in the fidelity sweep): the t/dt conditioning alone
 # (lambda_1 = lambda_2 = 0: the objective is the plain loop's), the full objective at a third of the LR, and the
-# released code's N(0, 0.02) init of the modulators instead of adaLN-zero. About 25 minutes of one core; records/jeddi2026.md compares them with the fidelity sweep's seed-7 runs.
+# released code's N(0, 0.02) init of the modulators instead of adaLN-zero. About 25 minutes of one core per round; records/jeddi2026.md compares them with the fidelity sweep's seed-7 runs.
 #     python scaling.py sweep config/sweeps/loopformer_pilot_cpu.py
 name = "loopformer_pilot_cpu"
 record = "records/jeddi2026"
-figures = {"arms": ["--law=compare", "--archs=('conditioning_only','lr1e-3','cond_init_normal')"]}
+figures = {"arms": ["--law=compare", "--archs=('conditioning_only','lr1e-3','cond_init_normal',"
+                    "'conditioning_only_condlr0.1','tmlt','tmlt_condlr0.1')"]}
 common = dict(data_source="offline", sample_tokens=0, max_iters=800, eval_interval=200, seed=7)
 env = dict(OMP_NUM_THREADS="1")
 flops_per_second = 4e10
 
 
+# Second round (after the first found the conditioning itself at fault): the modulators' gates had grown to
+# |alpha| ~ 10. The same conditioning-only arm with a tenth of the LR on the conditioning (cond_lr_scale=0.1, now the
+# preset's), and TMLT's loop-index conditioning (the same adaLN-zero blocks, no shortcut objective) at both.
+PAPER_LR = dict(cond_lr_scale=1.0)  # the first round ran before the preset's cond_lr_scale=0.1
+
+
 def points():
-    arms = {"conditioning_only": dict(shortcut_weight=0.0, consistency_weight=0.0), "lr1e-3": dict(lr=1e-3),
-            "cond_init_normal": dict(cond_init="normal")}
+    cond_only = dict(shortcut_weight=0.0, consistency_weight=0.0)
+    tmlt = dict(loop_cond="index", elastic="none")
+    arms = {"conditioning_only": dict(cond_only, **PAPER_LR), "lr1e-3": dict(lr=1e-3, **PAPER_LR),
+            "cond_init_normal": dict(cond_init="normal", **PAPER_LR),
+            "conditioning_only_condlr0.1": cond_only, "tmlt": dict(tmlt, **PAPER_LR), "tmlt_condlr0.1": tmlt}
     return [dict(name=f"{arm}_s7", arch=arm, configs=["config/loopformer_cpu.py"], overrides=over)
             for arm, over in arms.items()]
