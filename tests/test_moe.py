@@ -817,6 +817,45 @@ def test_loopmoe_ladder_presets_are_matched(suffix):
     assert [getattr(again, k) for k in keys] == [getattr(loopmoe, k) for k in keys]
 
 
+def modulator_flops(cfg, shape=(2, 16)):
+    """(all forward FLOPs, those of the per-loop modulators) of one forward, by FlopCounterMode's per-module counts:
+    the modulators' linear layers (the block calls a modulator's methods, not the module, so only they are listed;
+    a layer run once per pass accumulates every call)."""
+    torch.manual_seed(0)
+    model = build_model(cfg).eval()
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        model(torch.randint(0, cfg.vocab_size, shape))
+    per_module = counter.get_flop_counts()
+    inside = sum(sum(ops.values()) for name, ops in per_module.items() if ".modulator." in name)
+    return counter.get_total_flops(), inside
+
+
+def test_loose_reading_rungs_of_the_fidelity_sweep_are_matched():
+    """The loose reading of Chen et al.'s FLOP match (arXiv:2606.04438, §3.4): a token's F is the backbone's, the
+    IterAdaLN modulators not counted. The fidelity sweep's loose IterAdaLN and LoopMoE rungs, measured on the built
+    models: stored params within 1% of the Vanilla MoE's, forward FLOPs less the modulators' within 2% of its
+    FLOPs (while the modulators add over 30%); LoopMoE at rho*; and both are what match_flops / rebalance give."""
+    import runpy
+    spec = runpy.run_path(os.path.join(CONFIG_DIR, "sweeps", "fidelity_cpu.py"))
+    (vanilla, _), (base, _), (_, ns) = [load_preset(n) for n in ("loopmoe_vanilla_cpu", "loopmoe_loop_base_cpu",
+                                                                 "loopmoe_cpu")]
+    rungs = {arch: dataclasses.replace(base, **over) for arch, over in spec["LOOSE"].items()}
+    flops = forward_flops(vanilla)
+    for cfg in rungs.values():
+        assert stored(cfg) / stored(vanilla) == pytest.approx(1.0, abs=0.01)
+        total, modulators = modulator_flops(cfg)
+        assert (total - modulators) / flops == pytest.approx(1.0, abs=0.02)
+        assert modulators > 0.3 * flops
+    target, u = scaling.capacity_report(vanilla), ns["_unique_experts"]
+    it, lm = rungs["iteradaln_loose"], rungs["loopmoe_loose"]
+    fitted = scaling.match_flops(dataclasses.replace(base, loop_cond="iteradaln"), target["F"], target["N"],
+                                 count_conditioning=False, multiple=2)
+    assert fitted == it
+    assert scaling.rebalance(it, target["rho"], u, target_params=target["N"], target_flops=target["F"],
+                             count_conditioning=False, multiple=2) == lm
+    assert scaling.capacity_report(lm, u, count_conditioning=False)["rho"] == pytest.approx(target["rho"], rel=0.03)
+
+
 @pytest.mark.parametrize("name", ["sparse_moe_cpu", "sparse_looped_moe_cpu"])
 def test_sparse_cpu_presets_match_active_params(name):
     cfg, _ = load_preset(name)
