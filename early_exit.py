@@ -591,10 +591,7 @@ def parse_schedule(text, L):
 @torch.no_grad()
 def schedule_loss(model, batches, schedule):
     """Mean validation NLL of the model run with `schedule` (step sizes summing to 1, one pass each; loop.py's
-    elastic depth)."""
-    if model.config.n_loop < 2:
-        raise ValueError(f"elastic depth needs a looped model (n_loop >= 2) from loop.py, got "
-                         f"{type(model).__name__} with n_loop={model.config.n_loop}")
+    elastic depth). A one-pass model has the one schedule [1.0]: it is the fixed-depth baseline at M = 1."""
     total, n = 0.0, 0
     dev = next(model.parameters()).device
     for x, y in batches:
