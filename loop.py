@@ -43,8 +43,8 @@ from model import GPT, GPTConfig, Label, RMSNorm, add_aux
 
 # the GPTConfig fields of the "looping" section; a config that leaves all of them at their defaults is plain
 LOOP_FIELDS = ("n_loop", "n_prelude", "n_coda", "injection", "hc_lanes", "hc_pool", "loop_norm", "bptt_loops",
-               "residual_scaling", "residual_lambda", "residual_ref_layers", "loop_cond", "cond_init",
-               "cond_lr_scale", "elastic", "shortcut_weight", "consistency_weight", "consistency_on", "trajectory_sampler")
+               "residual_scaling", "residual_lambda", "residual_ref_layers", "loop_cond", "cond_init", "cond_lr_scale",
+               "elastic", "shortcut_weight", "consistency_weight", "consistency_on", "trajectory_sampler")
 
 
 def is_plain(config):

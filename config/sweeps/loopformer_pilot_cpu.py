@@ -3,7 +3,8 @@
 # 1.84 / 1.82), which the paper's Table 1 contradicts. Which part costs the loss? Each arm changes one thing of
 # config/loopformer_cpu.py at seed 7 and 800 steps (as in the fidelity sweep): the t/dt conditioning alone
 # (lambda_1 = lambda_2 = 0: the objective is the plain loop's), the full objective at a third of the LR, and the
-# released code's N(0, 0.02) init of the modulators instead of adaLN-zero. About 25 minutes of one core per round; records/jeddi2026.md compares them with the fidelity sweep's seed-7 runs.
+# released code's N(0, 0.02) init of the modulators instead of adaLN-zero. About 25 minutes of one core per round;
+# records/jeddi2026.md compares them with the fidelity sweep's seed-7 runs.
 #     python scaling.py sweep config/sweeps/loopformer_pilot_cpu.py
 name = "loopformer_pilot_cpu"
 record = "records/jeddi2026"
