@@ -8,8 +8,8 @@
 #     python scaling.py sweep config/sweeps/loopformer_pilot_cpu.py
 name = "loopformer_pilot_cpu"
 record = "records/jeddi2026"
-figures = {"arms": ["--law=compare", "--archs=('conditioning_only','lr1e-3','cond_init_normal','conditioning_only_condlr0.1',"
-                    "'plain_loop_lr1e-3','plain_loop_M1_lr1e-3','loopformer_lr1e-3')"]}
+figures = {"arms": ["--law=compare", "--archs=('conditioning_only','lr1e-3','cond_init_normal',"
+                    "'conditioning_only_condlr0.1','plain_loop_lr1e-3','plain_loop_M1_lr1e-3','loopformer_lr1e-3')"]}
 common = dict(data_source="offline", sample_tokens=0, max_iters=800, eval_interval=200, seed=7)
 env = dict(OMP_NUM_THREADS="1")
 flops_per_second = 4e10
