@@ -31,6 +31,8 @@ figures = {  # python scaling.py figures records/
     "ladder_loose": ["--law=compare", "--archs=('vanilla','loop_base','iteradaln_loose','loopmoe_loose')",
                      "--reference=vanilla"],
     "lanes": ["--law=compare", "--archs=('passthrough','hc')", "--reference=passthrough"],
+    "depth": ["--law=compare", "--archs=('plain_loop','plain_loop_M1','plain_loop_M2','plain_loop_M3','loopformer',"
+              "'loopformer_lr1')", "--reference=plain_loop"],
 }
 _iso = runpy.run_path(os.path.join(os.path.dirname(__file__), "isodepth_cpu.py"))
 LADDER = {"vanilla": "loopmoe_vanilla_cpu", "loop_base": "loopmoe_loop_base_cpu",
