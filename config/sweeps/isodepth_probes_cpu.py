@@ -2,7 +2,7 @@
 # hyper-connections (K=2) for r in {2, 4} at the two lower budgets of isodepth_cpu.py, whose r=1 runs are the
 # baseline (same results.jsonl).
 #     python scaling.py fit out/sweeps/isodepth_cpu/results.jsonl --law=joint --baseline_arch=r1 \
-#         --archs='("trunc_r2","trunc_r4")' --budgets='(2e11,6e11)'
+#         --archs='("trunc_r2","trunc_r4")' --budgets='(3e11,1e12)'
 import math
 import os
 import runpy
@@ -13,6 +13,6 @@ common, env, flops_per_second, lr_for = (_grid[k] for k in ("common", "env", "fl
 
 
 def points():
-    low = (2e11, 6e11)
+    low = (3e11, 1e12)
     return (_grid["grid"]((2, 4), low, "trunc_r", lambda r: dict(bptt_loops=math.ceil(r / 2)))
             + _grid["grid"]((2, 4), low, "hc_r", lambda r: dict(injection="none", hc_lanes=2)))
