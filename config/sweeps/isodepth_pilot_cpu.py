@@ -4,8 +4,9 @@
 # depends on N, so phi (which acts through N_eff) cannot be identified. Lee et al.'s isoFLOP pilots
 # (records/lee2026.md) put the optimum above 80 tokens per parameter at this size. This pilot trains r=1 and r=4 at
 # 1e12 FLOPs over d = 16 ... 64 (heads of 8), the recipe of config/recur_cpu.py (MuonH, HyperP LR), to find where
-# the optimum falls before the grid is redrawn. About 20 minutes of one core.
-#     python scaling.py sweep config/sweeps/isodepth_pilot_cpu.py
+# the optimum falls before the grid is redrawn, and with a second seed the noise a power estimate needs. About 15
+# minutes of one core per seed.
+#     python scaling.py sweep config/sweeps/isodepth_pilot_cpu.py --only='_s7$'   # the second seed
 import os
 import runpy
 
@@ -15,6 +16,7 @@ figures = {"isoflop": ["--law=isoflop", "--bootstrap=0"]}
 archs = {f"r{r}": dict(configs=["config/recur_cpu.py"], overrides=dict(n_loop=r, n_layer=4 // r)) for r in (1, 4)}
 budgets = [1e12]
 widths = [16, 24, 32, 48, 64]
+seeds = [None, 7]  # None: train.py's default seed 1337 (the first part's point names); 7 measures the seed noise
 common = dict(data_source="offline", tokenizer="byte", head_dim=8, n_prelude=1, n_coda=1, eval_interval=100000,
               eval_tokens=65536, sample_tokens=0)
 env = dict(OMP_NUM_THREADS="1")
