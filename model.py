@@ -87,7 +87,7 @@ class GPTConfig:
     # LR multiplier of the conditioning (modulators, loop/step embedders). 1 = the papers' one LR for all. A pass's
     # conditioning vector is the same for every token, so the modulator's weight gradient is rank one and Adam moves
     # its gates by about lr*|silu(c)|_1 a step, ~100x a norm gain's lr: at a small model's LR the gates blow up
-    # (records/jeddi2026.md); 0.1 trains them like the plain loop.
+    # (records/jeddi2026.md); at 0.1 they stay small and the model trains.
     cond_lr_scale: float = 1.0
     elastic: str = "none"  # none | shortcut | early_exit | random_depth (see the heading)
     shortcut_weight: float = 0.1  # lambda_1: weight of the shortcut (or early-exit) cross-entropy
