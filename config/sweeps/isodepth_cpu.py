@@ -3,13 +3,13 @@
 # (config/recur_cpu.py: MuonH, HyperP LR 0.014 (D/D_ref)^-0.32 with D_ref = that preset's 614,400 tokens), byte
 # tokenizer. The widths come from the pilot (isodepth_pilot_cpu.py, records/schwethelm2026.md): at 1e12 FLOPs the
 # optimum is d=24 (r=1) to 24-32 (r=4), about 40 tokens per parameter, so each budget spans d from about half to
-# twice its d* ~ 24 (C/1e12)^(1/4). Budgets 3e11-1e13 (30x; the paper's span is 50x): about 1.6 core-hours per seed
-# up to 3e12, and 3 more for 1e13.
+# twice its d* ~ 24 (C/1e12)^(1/4). Budgets 3e11-1e13 (30x; the paper's span is 50x): about 1.3 core-hours per seed
+# up to 3e12 and 2.5 more for 1e13 (the dry run at the pilot's speed; the smallest runs take longer than it says).
 # (The first design, 2e11-2e12 at d=64-192, gave every run under one token per parameter.) The probes and the
 # injection ablation (isodepth_probes_cpu.py, injection_ablation_cpu.py) add to the same results.jsonl.
-#     python scaling.py sweep config/sweeps/isodepth_cpu.py --only='_C(3e11|1e12)_'   # part 1, about 40 core-minutes
+#     python scaling.py sweep config/sweeps/isodepth_cpu.py --only='_C(3e11|1e12)_'   # part 1, about 25 core-minutes
 #     python scaling.py sweep config/sweeps/isodepth_cpu.py --only='_C3e12_'          # part 2, about an hour
-#     python scaling.py sweep config/sweeps/isodepth_cpu.py --only='^r[12]_C1e13_'    # part 3, about 2 hours
+#     python scaling.py sweep config/sweeps/isodepth_cpu.py --only='^r[12]_C1e13_'    # part 3, about 1.5 hours
 #     python scaling.py sweep config/sweeps/isodepth_cpu.py --only='^r4_C1e13_'       # part 4, about an hour
 #     python scaling.py fit out/sweeps/isodepth_cpu/results.jsonl --law=chinchilla --archs='("r1","r2","r4")'
 #     python scaling.py fit out/sweeps/isodepth_cpu/results.jsonl --law=joint --archs='("r1","r2","r4")'
@@ -18,7 +18,7 @@ WIDTHS = {3e11: (16, 24, 32, 48), 1e12: (16, 24, 32, 48, 64), 3e12: (16, 24, 32,
 common = dict(data_source="offline", tokenizer="byte", head_dim=32, n_prelude=1, n_coda=1, eval_interval=100000,
               eval_tokens=65536, sample_tokens=0)
 env = dict(OMP_NUM_THREADS="1")  # tiny models: a second thread only spins (use --parallel=2 on a quiet machine)
-flops_per_second = 1.1e10  # one core, measured on the pilot's 10 runs at d=16-64 (start-up and evaluation included)
+flops_per_second = 1.4e10  # one core: the median of the pilot's 10 runs at d=16-64 (start-up and evaluation included)
 
 
 def lr_for(tokens, model, train):
