@@ -5,6 +5,8 @@ that rests on it, scaling sweeps, scaling-law fits.
     python scaling.py count config/sparse_looped_moe.py --n_embd=704 --flops_budget=1e18
     python scaling.py sweep config/sweeps/isoflop_cpu.py [--dry_run]
     python scaling.py fit out/sweeps/isoflop_cpu/results.jsonl --law=isoflop
+    python scaling.py figures records/
+    python scaling.py power config/sweeps/isodepth_cpu.py --calibrate=records/schwethelm2026/isodepth_pilot_cpu.jsonl
 
 Accounting reads the real module: its parameters, its `blocks` and `block_executions()` (how often each block runs
 per token, and how many of those runs are backpropagated). A weight shared across passes is stored once and
@@ -1370,6 +1372,67 @@ def joint_frontiers(rows, fits):
     return out
 
 
+# ---- power of a planned grid: how precisely would its joint fit measure phi? ----
+# Before an iso-depth grid runs (Schwethelm et al. 2026, arXiv:2604.21106, §4.3), simulate it: the planned points'
+# N_once, N_rec, r and D, losses from an assumed joint law plus Gaussian seed noise, each synthetic grid fitted and
+# block-bootstrapped exactly as `fit --law=joint` fits the real one. The spread of the fitted phi over synthetic
+# grids and the bootstrap intervals' width say whether the grid can tell phi from 0 and 1 (and one design's phi
+# from another's) before any core-hour is spent on it.
+
+def seed_noise(rows, settings=("arch", "variant", "flops_budget", "n_embd", "n_layer", "n_loop", "lr", "max_iters")):
+    """The seed noise of one run (nats): the pooled standard deviation of val_loss over the runs that share every
+    setting but the seed; None when no setting ran with more than one seed."""
+    groups = [column(g, "val_loss") for g in group_by(rows, *settings).values() if len(g) > 1]
+    dof = sum(len(g) - 1 for g in groups)
+    return math.sqrt(sum(float(((g - g.mean()) ** 2).sum()) for g in groups) / dof) if dof else None
+
+
+def calibrate_law(rows, alpha, beta, phi, restarts=500, seed=0):
+    """The joint law through a pilot's runs with the exponents held at assumed values: a pilot at one or two budgets
+    cannot identify alpha and beta, but it fixes the law's scale (A, B, E) at this data and size."""
+    return fit_law(rows_law_data(rows), restarts, dict(alpha=alpha, beta=beta, phi=phi), seed)
+
+
+def grid_law_data(planned, seeds=1):
+    """law_data of a planned sweep (plan's rows), each point `seeds` times (loss 1: a placeholder), and its
+    bootstrap cells (budget, r, arch), as fit_joint draws them."""
+    rows = [dict(point=q["point"].name, flops_budget=q["point"].flops_budget, n_loop=q["model"].n_loop,
+                 arch=q["point"].arch, tokens=q["tokens"], val_loss=1.0,
+                 **{k: q[k] for k in ("params_once_nonembed", "params_rec_nonembed")})
+            for q in planned for _ in range(seeds)]
+    return rows_law_data(rows), cells_of(rows)
+
+
+def simulate_phi(data, cells, theta, noise, trials, restarts=100, n_boot=100, boot_restarts=16, seed=0, workers=1):
+    """`trials` synthetic grids: the law theta at the grid's points plus N(0, noise^2) per run, each fitted with phi
+    free (best of `restarts`) and, if n_boot, block-bootstrapped. Returns the true phi, each trial's fitted phi and
+    95% interval, and their summary: the fitted phi's mean and spread, the intervals' median width, how often they
+    cover the true phi and exclude 0 and 1, and the smallest difference of phi between two such grids that a
+    two-sided 5% test would detect half the time (1.96 * sqrt(2) * the spread: two independent grids)."""
+    truth = law_predict(np.asarray(theta, dtype=np.float64), data)
+    rng = np.random.default_rng(seed)
+    phis, cis = [], []
+    for t in range(trials):
+        L = truth + rng.normal(0.0, noise, truth.shape)
+        sim = dict(data, L=L, ln_L=np.log(L))
+        fit = fit_law(sim, restarts, None, seed + t)
+        phis.append(fit["phi"])
+        if n_boot:
+            thetas = bootstrap_law(sim, cells, n_boot, boot_restarts, seed + t, workers, start=np.array(fit["theta"]))
+            cis.append(interval(thetas[:, 5]))
+    phis, phi_true = np.array(phis), float(theta[5])
+    out = dict(phi_true=phi_true, noise=noise, runs=len(truth), trials=trials, phi=phis.tolist(),
+               phi_mean=float(phis.mean()), phi_sd=float(phis.std(ddof=1)) if trials > 1 else float("nan"),
+               rmse=float(np.sqrt(((phis - phi_true) ** 2).mean())))
+    out["detectable_delta_phi"] = 1.96 * math.sqrt(2) * out["phi_sd"]
+    if cis:
+        lo, hi = np.array(cis).T
+        out.update(intervals=cis, median_ci_width=float(np.median(hi - lo)),
+                   coverage=float(np.mean((lo <= phi_true) & (phi_true <= hi))),
+                   excludes_0=float(np.mean(lo > 0)), excludes_1=float(np.mean(hi < 1)))
+    return out
+
+
 # ---- learning-rate transfer (Lee et al. 2026 muP test; Wang et al. 2026, arXiv:2606.18524) ----
 
 def _bracket(lr, loss):
@@ -1720,6 +1783,55 @@ def main_fit(argv):
     return result
 
 
+POWER_KEYS = dict(
+    calibrate="",  # a pilot's results.jsonl: the law's scale (A, B, E) is fitted to it, the seed noise measured on it
+    alpha=0.199, beta=0.369, phi=0.459,  # the assumed exponents (default: Schwethelm et al. Table 2's free fit)
+    noise=0.0,  # seed noise of one run (nats); 0 = the pilot's, from its points that ran with several seeds
+    seeds=1,  # training seeds per grid point
+    trials=20,  # synthetic grids
+    restarts=100,  # random starts per fit (the calibration and each synthetic grid)
+    bootstrap=100,  # bootstrap resamples per synthetic grid (0: only the spread over grids)
+    boot_restarts=16,  # random starts per bootstrap refit
+    workers=1,  # processes for the bootstrap refits
+    seed=0,
+    only="",  # simulate only the points whose name matches this regular expression (as sweep's --only)
+    out="",  # write the result here (.json); "" = print only
+)
+
+
+def main_power(argv):
+    """python scaling.py power config/sweeps/<grid>.py --calibrate=<pilot results.jsonl> [--key=value]: how
+    precisely the grid's joint fit would measure phi (simulate_phi), before it runs."""
+    from configurator import configure
+    specs = [a for a in argv if not a.startswith("--")]
+    if len(specs) != 1:
+        raise SystemExit("usage: python scaling.py power config/sweeps/<grid>.py --calibrate=<pilot results.jsonl> "
+                         "[--noise=0.02 --seeds=2 --trials=20]")
+    cfg, _ = configure(POWER_KEYS, None, [a for a in argv if a not in specs], doc_source=__file__)
+    if not cfg["calibrate"]:
+        raise SystemExit("--calibrate=<pilot results.jsonl> is needed: the law's scale at this data comes from a pilot")
+    pilot = select_rows(read_results(cfg["calibrate"]), dict(max_loss=float("inf"), budgets=(), loops=(), archs=(),
+                                                             baseline_arch=""))
+    law = calibrate_law(pilot, cfg["alpha"], cfg["beta"], cfg["phi"], cfg["restarts"], cfg["seed"])
+    noise = cfg["noise"] or seed_noise(pilot)
+    if not noise:
+        raise SystemExit("the pilot has no point run with two seeds to measure the noise on; give --noise=<nats>")
+    spec = load_spec(specs[0])
+    planned = [q for q in plan(spec) if re.search(cfg["only"], q["point"].name)]
+    if not planned:
+        raise SystemExit(f"no point of {specs[0]} matches --only={cfg['only']!r}")
+    data, cells = grid_law_data(planned, cfg["seeds"])
+    out = simulate_phi(data, cells, law["theta"], noise, cfg["trials"], cfg["restarts"], cfg["bootstrap"],
+                       cfg["boot_restarts"], cfg["seed"], cfg["workers"])
+    out.update(law={k: law[k] for k in ("A", "alpha", "B", "beta", "E", "phi", "rmse")}, pilot_runs=len(pilot),
+               seeds=cfg["seeds"], grid=specs[0], only=cfg["only"])
+    if cfg["out"]:
+        with open(cfg["out"], "w") as f:
+            json.dump(out, f, indent=1)
+    print(json.dumps(_summary(out), indent=1, default=float))
+    return out
+
+
 def main_figures(argv):
     """Redraw every figure of the course records from their committed rows, without training: each
     records/<paper>/<sweep>.jsonl is fitted as its spec config/sweeps/<sweep>.py's `figures` say
@@ -1805,7 +1917,8 @@ def memory_table(mem, cfg, needed):
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
-    commands = {"count": main_count, "sweep": main_sweep, "fit": main_fit, "figures": main_figures}
+    commands = {"count": main_count, "sweep": main_sweep, "fit": main_fit, "figures": main_figures,
+                "power": main_power}
     if not argv or argv[0] not in commands:
         raise SystemExit(f"usage: python scaling.py {{{'|'.join(commands)}}} [...]; "
                          f"e.g. python scaling.py count config/sparse_base.py --n_embd=512")

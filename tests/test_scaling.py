@@ -517,6 +517,51 @@ def test_joint_fit_recovers_phi():
     assert abs(eq["N_eff_ratio"] - (4 + 4 ** free["phi"] * (4 + 2 / 12)) / 20) < 1e-9
 
 
+def test_seed_noise_pools_the_seeds_of_each_point():
+    rows = [dict(n_embd=16, seed=1, val_loss=1.0), dict(n_embd=16, seed=2, val_loss=1.2),
+            dict(n_embd=24, seed=1, val_loss=2.0), dict(n_embd=24, seed=2, val_loss=2.0),
+            dict(n_embd=24, seed=3, val_loss=2.3), dict(n_embd=32, seed=1, val_loss=5.0)]
+    # by hand: d=16 has mean 1.1, squares 0.02 on 1 degree of freedom; d=24 mean 2.1, 0.01 + 0.01 + 0.04 on 2;
+    # d=32 ran once
+    assert math.isclose(scaling.seed_noise(rows), math.sqrt(0.08 / 3))
+    assert scaling.seed_noise(rows[-1:]) is None
+
+
+def truth_theta(truth=JOINT_TRUTH):
+    return [math.log(truth["A"]), truth["alpha"], math.log(truth["B"]), truth["beta"], math.log(truth["E"]),
+            truth["phi"]]
+
+
+def test_power_simulation_recovers_phi_and_its_spread_grows_with_the_noise():
+    rows = joint_rows(loops=(1, 2, 4))
+    data, cells = scaling.rows_law_data(rows), scaling.cells_of(rows)
+    exact = scaling.simulate_phi(data, cells, truth_theta(), noise=0.0, trials=1, restarts=16, n_boot=0)
+    assert abs(exact["phi"][0] - JOINT_TRUTH["phi"]) < 1e-3
+    quiet, loud = (scaling.simulate_phi(data, cells, truth_theta(), noise, trials=4, restarts=16, n_boot=0)
+                   for noise in (0.002, 0.02))
+    assert 0 < quiet["phi_sd"] < loud["phi_sd"]
+    assert math.isclose(loud["detectable_delta_phi"], 1.96 * math.sqrt(2) * loud["phi_sd"])
+    boot = scaling.simulate_phi(data, cells, truth_theta(), 0.005, trials=2, restarts=16, n_boot=10)
+    assert all(lo < hi for lo, hi in boot["intervals"]) and boot["median_ci_width"] > 0
+    assert 0 <= boot["coverage"] <= 1 and 0 <= boot["excludes_0"] <= 1
+
+
+def test_power_cli_calibrates_the_law_and_the_noise_on_a_pilot(tmp_path, capsys):
+    pilot = []
+    for i, row in enumerate(joint_rows(loops=(1, 4))[:12]):
+        for sign, seed in ((1, 1337), (-1, 7)):  # two seeds 0.02 apart: a noise of 0.02 / sqrt(2) per run
+            pilot.append(dict(row, point=f"p{i}_s{seed}", seed=seed, val_loss=row["val_loss"] + 0.01 * sign))
+    path = tmp_path / "pilot.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in pilot))
+    out = scaling.main_power(["config/sweeps/isodepth_pilot_cpu.py", f"--calibrate={path}", "--trials=2",
+                              "--bootstrap=0", "--restarts=8", "--seeds=2", r"--only=^r4_.*d\d+$"])
+    assert math.isclose(out["noise"], 0.01 * math.sqrt(2), rel_tol=1e-9)
+    assert out["law"]["alpha"] == 0.199 and out["law"]["phi"] == 0.459 and out["pilot_runs"] == 24
+    assert out["runs"] == 2 * 5  # the pilot spec's five r=4 widths at its first seed, simulated at two seeds each
+    with pytest.raises(SystemExit, match="calibrate"):
+        scaling.main_power(["config/sweeps/isodepth_pilot_cpu.py"])
+
+
 def test_joint_bootstrap_matches_brute_force_refits_for_less_than_one_fit(monkeypatch):
     """The joint fit's bootstrap refits start near the full-data estimate: their interval is that of refitting each
     resample's rows from many random starts, yet all of them together descend from fewer starts than one point fit
