@@ -7,6 +7,9 @@
 # up to 3e12 and 2.5 more for 1e13 (the dry run at the pilot's speed; the smallest runs take longer than it says).
 # (The first design, 2e11-2e12 at d=64-192, gave every run under one token per parameter.) The probes and the
 # injection ablation (isodepth_probes_cpu.py, injection_ablation_cpu.py) add to the same results.jsonl.
+# Two training seeds, 1337 (train.py's default: names without a suffix) and 7 (names ending _s7): the power simulation
+# (`python scaling.py power`, records/schwethelm2026.md) gives one seed a 95% interval on phi 0.40 wide, two 0.26.
+# Parts, per seed (seed 7: add _s7$ to the pattern; seed 1337: add \d$):
 #     python scaling.py sweep config/sweeps/isodepth_cpu.py --only='_C(3e11|1e12)_'   # part 1, about 25 core-minutes
 #     python scaling.py sweep config/sweeps/isodepth_cpu.py --only='_C3e12_'          # part 2, about an hour
 #     python scaling.py sweep config/sweeps/isodepth_cpu.py --only='^r[12]_C1e13_'    # part 3, about 1.5 hours
@@ -25,14 +28,21 @@ def lr_for(tokens, model, train):
     return 0.014 * (tokens / 614400) ** -0.32  # HyperP data correction (Schwethelm et al. §4.2)
 
 
-def grid(loops=(1, 2, 4), budgets=tuple(WIDTHS), prefix="r", extra=None):
+SEEDS = (None, 7)  # None: train.py's default seed 1337
+
+
+def grid(loops=(1, 2, 4), budgets=tuple(WIDTHS), prefix="r", extra=None, seeds=SEEDS):
     points = []
-    for r in loops:
-        for C in budgets:
-            for d in WIDTHS[C]:
-                over = dict(n_embd=d, head_dim=8, n_loop=r, n_layer=4 // r, **(extra(r) if extra else {}))
-                points.append(dict(name=f"{prefix}{r}_C{C:.3g}_d{d}".replace("+", ""), arch=f"{prefix}{r}",
-                                   configs=["config/recur_cpu.py"], overrides=over, flops_budget=C))
+    for seed in seeds:
+        for r in loops:
+            for C in budgets:
+                for d in WIDTHS[C]:
+                    over = dict(n_embd=d, head_dim=8, n_loop=r, n_layer=4 // r, **(extra(r) if extra else {}))
+                    if seed is not None:
+                        over["seed"] = seed
+                    name = f"{prefix}{r}_C{C:.3g}_d{d}".replace("+", "") + (f"_s{seed}" if seed is not None else "")
+                    points.append(dict(name=name, arch=f"{prefix}{r}", configs=["config/recur_cpu.py"],
+                                       overrides=over, flops_budget=C))
     return points
 
 
