@@ -2,7 +2,7 @@
 # 16 effective layers (Base 16, MoE 16, Looped 8x2, Looped-MoE 8x2, 4x4, 2x8; top-2 of 8 experts), width 128,
 # byte-level tokenizer on the offline corpus, 400 steps of 4,096 tokens each (1.6M tokens; the paper: compute-optimal
 # 1e18-FLOP models). About 40 minutes on 2 cores (two runs at once, one thread each; 74 on a busy machine). Then:
-#     python scaling.py sweep config/sweeps/early_exit_cpu.py --parallel=2
+#     python scaling.py sweep config/sweeps/early_exit_cpu.py --parallel=2 --only='_d128$'   # seed 1337 (_s7$, _s42$)
 #     python early_exit.py --ckpt=out/sweeps/early_exit_cpu/base16_d128,... --names=Base,... --out=out/early_exit/cpu16
 name = "early_exit_cpu"
 archs = {
@@ -14,6 +14,8 @@ archs = {
     "looped_moe2x8": dict(configs=["config/sparse_looped_moe.py"], overrides=dict(n_layer=2, n_loop=8)),
 }
 widths = [128]
+seeds = [None, 7, 42]  # None: train.py's default 1337 (names without a suffix); the early-exit table's three seeds
+record = "records/lee2026"
 common = dict(
     data_source="offline", tokenizer="byte", head_dim=32, block_size=256, batch_size=16, grad_accum=1,
     max_iters=400, warmup_iters=30, eval_interval=100, eval_tokens=65536, sample_tokens=0,
