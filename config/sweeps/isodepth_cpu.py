@@ -18,6 +18,7 @@
 #     python scaling.py fit out/sweeps/isodepth_cpu/results.jsonl --law=joint --archs='("r1","r2","r4")'
 name = "isodepth_cpu"
 record = "records/schwethelm2026"
+figures = {"isoflop": ["--law=isoflop", "--bootstrap=0"]}  # the joint fit (--law=joint) once both seeds are in
 WIDTHS = {3e11: (16, 24, 32, 48), 1e12: (16, 24, 32, 48, 64), 3e12: (16, 24, 32, 48, 64), 1e13: (24, 32, 48, 64)}
 common = dict(data_source="offline", tokenizer="byte", head_dim=32, n_prelude=1, n_coda=1, eval_interval=100000,
               eval_tokens=65536, sample_tokens=0)
