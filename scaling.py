@@ -1810,8 +1810,7 @@ def main_power(argv):
     cfg, _ = configure(POWER_KEYS, None, [a for a in argv if a not in specs], doc_source=__file__)
     if not cfg["calibrate"]:
         raise SystemExit("--calibrate=<pilot results.jsonl> is needed: the law's scale at this data comes from a pilot")
-    pilot = select_rows(read_results(cfg["calibrate"]), dict(max_loss=float("inf"), budgets=(), loops=(), archs=(),
-                                                             baseline_arch=""))
+    pilot = select_rows(read_results(cfg["calibrate"]), FIT_KEYS)  # fit's defaults: every finished run
     law = calibrate_law(pilot, cfg["alpha"], cfg["beta"], cfg["phi"], cfg["restarts"], cfg["seed"])
     noise = cfg["noise"] or seed_noise(pilot)
     if not noise:

@@ -16,6 +16,8 @@
 #     python scaling.py sweep config/sweeps/isodepth_cpu.py --only='^r4_C1e13_'       # part 4, about an hour
 #     python scaling.py fit out/sweeps/isodepth_cpu/results.jsonl --law=chinchilla --archs='("r1","r2","r4")'
 #     python scaling.py fit out/sweeps/isodepth_cpu/results.jsonl --law=joint --archs='("r1","r2","r4")'
+import itertools
+
 name = "isodepth_cpu"
 record = "records/schwethelm2026"
 figures = {"isoflop": ["--law=isoflop", "--bootstrap=0"]}  # the joint fit (--law=joint) once both seeds are in
@@ -35,16 +37,13 @@ SEEDS = (None, 7)  # None: train.py's default seed 1337
 
 def grid(loops=(1, 2, 4), budgets=tuple(WIDTHS), prefix="r", extra=None, seeds=SEEDS):
     points = []
-    for seed in seeds:
-        for r in loops:
-            for C in budgets:
-                for d in WIDTHS[C]:
-                    over = dict(n_embd=d, head_dim=8, n_loop=r, n_layer=4 // r, **(extra(r) if extra else {}))
-                    if seed is not None:
-                        over["seed"] = seed
-                    name = f"{prefix}{r}_C{C:.3g}_d{d}".replace("+", "") + (f"_s{seed}" if seed is not None else "")
-                    points.append(dict(name=name, arch=f"{prefix}{r}", configs=["config/recur_cpu.py"],
-                                       overrides=over, flops_budget=C))
+    for seed, r, C in itertools.product(seeds, loops, budgets):
+        for d in WIDTHS[C]:
+            over = dict(n_embd=d, head_dim=8, n_loop=r, n_layer=4 // r, **(extra(r) if extra else {}))
+            over.update({} if seed is None else {"seed": seed})
+            name = f"{prefix}{r}_C{C:.3g}_d{d}".replace("+", "") + ("" if seed is None else f"_s{seed}")
+            points.append(dict(name=name, arch=f"{prefix}{r}", configs=["config/recur_cpu.py"], overrides=over,
+                               flops_budget=C))
     return points
 
 
