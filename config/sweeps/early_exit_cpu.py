@@ -4,6 +4,8 @@
 # 1e18-FLOP models). About 40 minutes on 2 cores (two runs at once, one thread each; 74 on a busy machine). Then:
 #     python scaling.py sweep config/sweeps/early_exit_cpu.py --parallel=2 --only='_d128$'   # seed 1337 (_s7$, _s42$)
 #     python early_exit.py --ckpt=out/sweeps/early_exit_cpu/base16_d128,... --names=Base,... --out=out/early_exit/cpu16
+# Finding 3 (more loops lose less) at equal perplexity: --only='^looped_moe(8x2|8x2_it\d+|4x4|2x8)_d128$' (seed 1337),
+# then one early_exit.py over the six Looped-MoE checkpoints (records/lee2026.md, part 3).
 name = "early_exit_cpu"
 archs = {
     "base16": dict(configs=["config/sparse_base.py"], overrides=dict(n_layer=16)),
@@ -12,6 +14,11 @@ archs = {
     "looped_moe8x2": dict(configs=["config/sparse_looped_moe.py"], overrides=dict(n_layer=8, n_loop=2)),
     "looped_moe4x4": dict(configs=["config/sparse_looped_moe.py"], overrides=dict(n_layer=4, n_loop=4)),
     "looped_moe2x8": dict(configs=["config/sparse_looped_moe.py"], overrides=dict(n_layer=2, n_loop=8)),
+    # finding 3 at equal quality: 4x4 and 2x8 end 400 steps at a higher perplexity than 8x2, so 8x2 also trains
+    # for fewer steps (each run a whole schedule, its decay included) to trace its exit penalty against
+    # perplexity through theirs
+    **{f"looped_moe8x2_it{n}": dict(configs=["config/sparse_looped_moe.py"],
+                                     overrides=dict(n_layer=8, n_loop=2, max_iters=n)) for n in (150, 200, 300)},
 }
 widths = [128]
 seeds = [None, 7, 42]  # None: train.py's default 1337 (names without a suffix); the early-exit table's three seeds
