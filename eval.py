@@ -453,7 +453,7 @@ def build_items(task, data_dir, shots, seed, limit):
 
 def text_documents(source, tokenizer, run_state, max_tokens):
     """(label, documents as token lists) of a held-out text source, at most max_tokens tokens."""
-    from data import TokenData, default_data_dir, match_files, open_stream, parquet_texts
+    from data import TokenData, default_data_dir, match_files, open_stream
     if source == "val":
         tc = run_state.get("train_config", {})
         data_dir = tc.get("data_dir") or default_data_dir(tc.get("data_source", "offline"), tokenizer.name)
@@ -470,10 +470,11 @@ def text_documents(source, tokenizer, run_state, max_tokens):
         return "val", [d for d in docs if d]
     try:
         if source == "fineweb-edu":
-            texts = open_stream("fineweb-edu", 0)
+            texts = (row["text"] for row in open_stream("fineweb-edu"))
         else:
             paths, kind = match_files("files:" + source)
-            texts = parquet_texts(paths, "text") if kind == "parquet" else map(read_text, paths)
+            texts = ((row["text"] for row in open_stream("files:" + source)) if kind == "parquet"
+                     else map(read_text, paths))
     except (FileNotFoundError, RuntimeError, ValueError) as e:  # data.py's messages say what to do
         raise ConfigError(f"eval.py: --text={source}: {e}") from None
     docs, n = [], 0

@@ -264,6 +264,31 @@ def test_missing_data_names_the_dataset_and_the_fetch_command(tmp_path):
         ev.build_items(ev.TASKS["hellaswag"], str(tmp_path), 0, 0, 0)
 
 
+def test_held_out_text_reads_the_validation_split_text_files_and_parquet(tmp_path):
+    """--text sources of the perplexity task: val (the run's prepared validation split, cut at end-of-text),
+    plain text files (one document each) and parquet files (a document per row), each capped at max_tokens."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from data import TokenData, prepare
+    texts = ["first document, plain text.", "the second one\nhas two lines.", "a third, in parquet only."]
+    for i, t in enumerate(texts[:2]):
+        (tmp_path / f"doc{i}.txt").write_text(t)
+    label, docs = ev.text_documents(str(tmp_path / "*.txt"), BYTE, {}, 10_000)
+    assert label == "*.txt" and docs == [BYTE.encode(t) for t in texts[:2]]
+    assert ev.text_documents(str(tmp_path / "*.txt"), BYTE, {}, 30)[1] == [BYTE.encode(texts[0]),
+                                                                            BYTE.encode(texts[1])[:3]]
+    (tmp_path / "pq").mkdir()
+    pq.write_table(pa.table({"text": texts, "id": [1, 2, 3]}), tmp_path / "pq" / "part.parquet")
+    assert ev.text_documents(str(tmp_path / "pq" / "*.parquet"), BYTE, {}, 10_000)[1] == [BYTE.encode(t) for t in texts]
+    data_dir = str(tmp_path / "prepared")
+    prepare("files:" + str(tmp_path / "*.txt"), data_dir, tokenizer="byte", val_fraction=0.5, seed=0)
+    label, docs = ev.text_documents("val", BYTE, {"train_config": {"data_dir": data_dir}}, 10_000)
+    val = TokenData(data_dir).splits["val"].tolist()
+    assert label == "val" and docs and sum(docs, []) == [t for t in val if t != BYTE.eot]
+    with pytest.raises(ConfigError, match="needs the checkpoint's prepared data"):
+        ev.text_documents("val", BYTE, {"train_config": {"data_dir": str(tmp_path / "none")}}, 100)
+
+
 def test_rolling_windows_cover_every_token_once_with_the_most_context():
     toks = list(range(10, 33))
     windows = ev.rolling_windows(toks, 0, 8)
