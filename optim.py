@@ -125,41 +125,58 @@ MUONH_ADAMW_LR = {"embed": 0.3, "head": 0.004}  # every other non-matrix paramet
 MUONH_ADAMW_OTHER_LR = 0.005
 
 
-class MuonH(torch.optim.Muon):
+class MuonH(torch.optim.Optimizer):
     """Muon on the hypersphere: U = Muon's orthogonalised (Nesterov) momentum; W <- W - lr*(|W|_F/|U|_F)*U, then W
     is scaled back to its previous Frobenius norm, so every matrix stays on its init-norm sphere. A matrix of norm
     0 (a zero-initialised modulator) takes the plain Muon step instead, or it could never move.
-    torch's Muon writes -lr'*U into the parameter; we let it write into a zeroed copy to read U exactly."""
+    A stacked parameter (MoE experts, (E, out, in)) is E matrices: each is orthogonalised and kept on its own
+    sphere, as Muon treats experts (Liu et al. 2025, Moonlight). Momentum, Newton-Schulz and the shape-adjusted LR
+    are torch.optim.Muon's own, step for step (tests/test_loop.py compares the two on a matrix)."""
+
+    def __init__(self, params, lr, momentum=0.95, nesterov=True, ns_steps=5):
+        defaults = dict(lr=lr, weight_decay=0.0, momentum=momentum, nesterov=nesterov, ns_steps=ns_steps,
+                        ns_coefficients=(3.4445, -4.775, 2.0315), eps=1e-7, adjust_lr_fn=None)  # torch's defaults
+        super().__init__(params, defaults)
+        for g in self.param_groups:
+            for p in g["params"]:
+                if p.dim() not in (2, 3):
+                    raise ValueError(f"MuonH takes matrices or stacks of them, not a tensor of shape {tuple(p.shape)}")
 
     @torch.no_grad()
     def step(self, closure=None):
+        from torch.optim._muon import _adjust_lr, _zeropower_via_newtonschulz  # torch's Muon, one matrix at a time
         loss = closure() if closure is not None else None
-        saved = []
         for g in self.param_groups:
             for p in g["params"]:
-                if p.grad is not None:
-                    saved.append((g, p, p.detach().clone()))
-                    p.zero_()
-        super().step()  # weight_decay is 0: p = -lr' * U
-        for g, p, w in saved:
-            step = p.detach().clone()
-            radius, step_norm = w.norm(), step.norm()
-            new = w + (g["lr"] * radius / step_norm.clamp_min(1e-30)) * step
-            # radius 0: plain Muon (chosen on the device: `if radius == 0` would be a host sync per matrix)
-            p.copy_(torch.where(radius == 0, w + step, new * (radius / new.norm().clamp_min(1e-30))))
+                if p.grad is None:
+                    continue
+                state = self.state[p]
+                if "momentum_buffer" not in state:
+                    state["momentum_buffer"] = torch.zeros_like(p.grad, memory_format=torch.preserve_format)
+                buf = state["momentum_buffer"]
+                buf.lerp_(p.grad, 1 - g["momentum"])
+                update = p.grad.lerp(buf, g["momentum"]) if g["nesterov"] else buf
+                for w, u in zip(p.unbind(0), update.unbind(0)) if p.dim() == 3 else [(p, update)]:
+                    U = _zeropower_via_newtonschulz(u, g["ns_coefficients"], g["ns_steps"], g["eps"])
+                    step = torch.zeros_like(w).add_(U, alpha=-_adjust_lr(g["lr"], g["adjust_lr_fn"], w.shape))
+                    radius, step_norm = w.norm(), step.norm()
+                    new = w + (g["lr"] * radius / step_norm.clamp_min(1e-30)) * step
+                    # radius 0: plain Muon (chosen on the device: `if radius == 0` would be a host sync per matrix)
+                    w.copy_(torch.where(radius == 0, w + step, new * (radius / new.norm().clamp_min(1e-30))))
         return loss
 
 
 class MuonHAdamW:
-    """MuonH for the 2-D hidden matrices and AdamW for everything else, stepping as one optimizer. param_groups
-    lists both (train.py's set_lr and weight decay walk them); state_dict holds both."""
+    """MuonH for the hidden matrices (and stacks of expert matrices) and AdamW for everything else, stepping as one
+    optimizer. param_groups lists both (train.py's set_lr and weight decay walk them); state_dict holds both."""
 
     def __init__(self, groups, lr, betas, fused=False, momentum=0.95):
         muon, adam = [], []
         for g in groups:
             options = {k: v for k, v in g.items() if k not in ("params", "names", "eps")}
-            mat = [(n, p) for n, p in zip(g["names"], g["params"]) if g["role"] == "hidden" and p.dim() == 2]
-            rest = [(n, p) for n, p in zip(g["names"], g["params"]) if not (g["role"] == "hidden" and p.dim() == 2)]
+            sphere = [g["role"] == "hidden" and p.dim() in (2, 3) for p in g["params"]]  # matrices, expert stacks
+            mat = [(n, p) for n, p, s in zip(g["names"], g["params"], sphere) if s]
+            rest = [(n, p) for n, p, s in zip(g["names"], g["params"], sphere) if not s]
             if mat:  # no weight decay on the sphere: the renormalisation would undo it
                 muon.append(dict(options, params=[p for _, p in mat], names=[n for n, _ in mat],
                                  weight_decay=0.0, decay=False))
@@ -169,7 +186,7 @@ class MuonHAdamW:
                                  eps=g["eps"], lr_scale=g["lr_scale"] * ratio))
         for g in muon + adam:
             g["lr"] = lr * g["lr_scale"]
-        self.muon = MuonH(muon, lr=lr, weight_decay=0.0, momentum=momentum, nesterov=True) if muon else None
+        self.muon = MuonH(muon, lr=lr, momentum=momentum) if muon else None
         self.adam = torch.optim.AdamW(adam, lr=lr, betas=betas, weight_decay=0.0, fused=fused) if adam else None
 
     def parts(self):

@@ -618,7 +618,7 @@ def test_muonh_step_is_a_renormalised_muon_step():
     w0, g = torch.randn(8, 6), torch.randn(8, 6)
     p = nn.Parameter(w0.clone())
     z = nn.Parameter(torch.zeros(5, 4))  # a zero matrix takes the plain Muon step
-    opt = MuonH([p, z], lr=0.1, weight_decay=0.0, momentum=0.95)
+    opt = MuonH([p, z], lr=0.1, momentum=0.95)
     p.grad, z.grad = g.clone(), torch.ones(5, 4)
     opt.step()
     update = g.lerp((1 - 0.95) * g, 0.95)  # Nesterov momentum from a zero buffer
@@ -633,6 +633,37 @@ def test_muonh_step_is_a_renormalised_muon_step():
     muon.step()
     assert plain.abs().min() > 0  # the plain step moves every entry of the zero matrix
     torch.testing.assert_close(z.data, plain.data)
+
+
+def test_muonh_steps_each_expert_of_a_stack_as_its_own_matrix():
+    torch.manual_seed(0)
+    w0, g = torch.randn(3, 8, 6), torch.randn(3, 8, 6)
+    w0[1] = 0.0  # a zero expert takes the plain Muon step; the others keep their own norms
+    stack = nn.Parameter(w0.clone())
+    mats = [nn.Parameter(w0[i].clone()) for i in range(3)]
+    opt_stack, opt_mats = MuonH([stack], lr=0.1), MuonH(mats, lr=0.1)
+    for _ in range(2):  # the second step uses the momentum buffer
+        stack.grad = g.clone()
+        for i, p in enumerate(mats):
+            p.grad = g[i].clone()
+        opt_stack.step()
+        opt_mats.step()
+    for i in range(3):
+        assert torch.equal(stack.data[i], mats[i].data)
+    assert stack.data[1].abs().min() > 0
+    torch.testing.assert_close(stack.data[0].norm(), w0[0].norm())
+    torch.testing.assert_close(stack.data[2].norm(), w0[2].norm())
+    with pytest.raises(ValueError, match="matrices"):
+        MuonH([nn.Parameter(torch.zeros(4))], lr=0.1)
+
+
+def test_muonh_adamw_puts_expert_stacks_on_the_sphere():
+    m = make(n_loop=2, n_expert=4, top_k=2, mup=False)
+    opt = MuonHAdamW(groups_with_eps(m), lr=0.014, betas=(0.9, 0.95))
+    muon_names = {n for g in opt.muon.param_groups for n in g["names"]}
+    experts = {n for n, p in m.named_parameters() if p.dim() == 3}
+    assert experts and experts <= muon_names
+    assert not experts & {n for g in opt.adam.param_groups for n in g["names"]}
 
 
 def groups_with_eps(m):
