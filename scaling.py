@@ -134,7 +134,10 @@ def count_params(model):
     """Parameter counts of one forward pass (see the module docstring). params_active counts every run of a module
     (Lee et al.'s N_active); params_once/rec_nonembed split the unique non-embedding parameters into those run once
     per token and those of modules run more than once (Schwethelm et al. 2026, arXiv:2604.21106, eq. 4: N_once,
-    N_rec); for a model without loops everything is "once"."""
+    N_rec); for a model without loops everything is "once". params_pass_nonembed are the third part: modules run
+    once per pass and sequence, not per token (TMLT's and LoopFormer's loop embedders and adaLN modulators). Their
+    output is a function of the pass alone, a lookup like the token embedding, so N_once and N_rec leave them out as
+    N leaves out the embedding: at d=16 LoopFormer's embedders alone would add half the model to N_once."""
     units = compute_units(model, training=False)
     embed = [u for u in units if u.kind in ("embed", "head")]
     body = [u for u in units if u.kind not in ("embed", "head")]
@@ -143,13 +146,14 @@ def count_params(model):
         params_active=sum(u.active * u.fwd for u in units),
         params_unique_nonembed=sum(u.stored for u in body),
         params_active_nonembed=sum(u.active * u.fwd for u in body),
-        params_once_nonembed=sum(u.stored for u in body if u.fwd <= 1),
+        params_once_nonembed=sum(u.stored for u in body if 0 < u.fwd <= 1),
         params_rec_nonembed=sum(u.stored for u in body if u.fwd > 1),
+        params_pass_nonembed=sum(u.stored for u in body if u.fwd == 0),
         params_embed=sum(u.stored for u in embed),
     )
     # the parts sum to the whole (nanochat's habit)
     assert c["params_unique"] == c["params_unique_nonembed"] + c["params_embed"]
-    assert c["params_unique_nonembed"] == c["params_once_nonembed"] + c["params_rec_nonembed"]
+    assert c["params_unique_nonembed"] == sum(c[f"params_{k}_nonembed"] for k in ("once", "rec", "pass"))
     assert c["params_active"] == c["params_active_nonembed"] + sum(u.active * u.fwd for u in embed)
     return c
 
@@ -647,11 +651,11 @@ def point_settings(spec, point):
     return train, model_cfg
 
 
-def plan(spec):
-    """Every point with its accounting: parameters, FLOPs per token, steps and tokens as train.py will compute
-    them (steps = round(C / (F * tokens per step)), at least 1)."""
+def plan(spec, only=""):
+    """Every point (whose name matches the regular expression `only`) with its accounting: parameters, FLOPs per
+    token, steps and tokens as train.py will compute them (steps = round(C / (F * tokens per step)), at least 1)."""
     rows = []
-    for p in grid_points(spec):
+    for p in (p for p in grid_points(spec) if re.search(only, p.name)):
         train, model_cfg = point_settings(spec, p)
         model = model_on_meta(model_cfg)
         F = flops_per_token(model, train["flops_convention"], model_cfg.block_size)
@@ -756,7 +760,7 @@ def run_sweep(spec, dry_run=False, only="", retry_failed=False, limit=0, paralle
     out = sweep_dir(spec)
     results = os.path.join(out, "results.jsonl")
     record = spec.get("record") or ""  # one directory, or {arch: directory} for a sweep that serves several papers
-    planned = [q for q in plan(spec) if re.search(only, q["point"].name)]
+    planned = plan(spec, only)
     if not planned:
         raise SystemExit(f"no point of sweep {spec['name']} matches --only={only!r}; `--dry_run` lists the names")
     done = done_points(results, retry_failed)
@@ -951,8 +955,10 @@ def law_objective(theta, data, delta=HUBER_DELTA, weights=None):
 
 def minimize_batch(fun, x0, lo, hi, max_iter=300, ftol=1e-12, gtol=1e-9):
     """Projected BFGS from many starts at once. fun(X (m, P), which (m,)) -> (f (m,), g (m, P)), where which says
-    the start (row of x0) each row of X belongs to; lo == hi freezes a coordinate. Returns (x, f) per start."""
+    the start (row of x0) each row of X belongs to; lo == hi freezes a coordinate. lo, hi: bounds (P,) shared by every
+    start, or (R, P) one row per start. Returns (x, f) per start."""
     R, P = x0.shape
+    lo, hi = np.broadcast_to(lo, x0.shape), np.broadcast_to(hi, x0.shape)
     x = np.clip(x0, lo, hi)
     f, g = fun(x, np.arange(R))
     H = np.tile(np.eye(P), (R, 1, 1))
@@ -962,7 +968,8 @@ def minimize_batch(fun, x0, lo, hi, max_iter=300, ftol=1e-12, gtol=1e-9):
         if running.size == 0:
             break
         xr, fr, gr, Hr = x[running], f[running], g[running], H[running]
-        held = (lo == hi) | ((xr <= lo) & (gr > 0)) | ((xr >= hi) & (gr < 0))  # bound-active coordinates
+        lo_r, hi_r = lo[running], hi[running]
+        held = (lo_r == hi_r) | ((xr <= lo_r) & (gr > 0)) | ((xr >= hi_r) & (gr < 0))  # bound-active coordinates
         gf = np.where(held, 0.0, gr)
         d = -np.einsum("rij,rj->ri", Hr, gf)
         d[held] = 0.0
@@ -976,7 +983,7 @@ def minimize_batch(fun, x0, lo, hi, max_iter=300, ftol=1e-12, gtol=1e-9):
         x_new, f_new, g_new = xr.copy(), fr.copy(), gr.copy()
         todo = np.arange(len(running))
         for steps in (np.ones(1), 0.5 ** np.arange(1, 7), 0.5 ** np.arange(7, 21)):
-            trial = np.clip(xr[todo, None] + steps[None, :, None] * d[todo, None], lo, hi)  # (t, steps, P)
+            trial = np.clip(xr[todo, None] + steps[None, :, None] * d[todo, None], lo_r[todo, None], hi_r[todo, None])
             ft, gt = fun(trial.reshape(-1, P), np.repeat(running[todo], len(steps)))
             ft, gt = ft.reshape(len(todo), -1), gt.reshape(len(todo), len(steps), P)
             ok = ft <= fr[todo, None] + 1e-4 * ((trial - xr[todo, None]) * gr[todo, None]).sum(2)
@@ -999,7 +1006,7 @@ def minimize_batch(fun, x0, lo, hi, max_iter=300, ftol=1e-12, gtol=1e-9):
             Hr[upd] = (np.einsum("rij,rjk,rlk->ril", V, Hr[upd], V)
                        + rho[:, None, None] * np.einsum("ri,rj->rij", s[upd], s[upd]))
         x[running], f[running], g[running], H[running] = x_new, f_new, g_new, Hr
-        proj_grad = np.abs(np.clip(x_new - g_new, lo, hi) - x_new).max(1)
+        proj_grad = np.abs(np.clip(x_new - g_new, lo_r, hi_r) - x_new).max(1)
         stalled = (fr - f_new) <= ftol * np.maximum(np.maximum(np.abs(fr), np.abs(f_new)), 1.0)
         running = running[~((proj_grad < gtol) | stalled)]  # a failed line search leaves f unchanged: stalled
     return x, f
@@ -1015,8 +1022,9 @@ def bounds(fixed=None, box=BOX):
 
 def best_fits(data, starts, lo, hi, polish=2, weights=None):
     """The best local minimum of each of B fitting problems: starts (B, S, 6) are S starting points for each, weights
-    (B, n) each problem's row weights (None: one problem, every row once). All B*S starts descend as one numpy batch;
-    the `polish` best of each problem are then polished with scipy's L-BFGS-B, the paper's optimizer.
+    (B, n) each problem's row weights (None: one problem, every row once), lo and hi the bounds (6,) of all or (B, 6)
+    of each problem. All B*S starts descend as one numpy batch; the `polish` best of each problem are then polished
+    with scipy's L-BFGS-B, the paper's optimizer.
     Returns theta (B, 6), the Huber objective (B,) and every descent's end (B, S, 6), best first."""
     import scipy.optimize  # here, not at the top: train.py, early_exit.py and bench.py import scaling only to count
     one_blas_thread()
@@ -1027,14 +1035,15 @@ def best_fits(data, starts, lo, hi, polish=2, weights=None):
         f, g = law_objective(X, data, weights=None if weights is None else weights[which // S])
         return f * scale, g * scale
 
-    x, f = minimize_batch(batch, starts.reshape(B * S, P), lo, hi)
+    lo, hi = np.broadcast_to(lo, (B, P)), np.broadcast_to(hi, (B, P))
+    x, f = minimize_batch(batch, starts.reshape(B * S, P), np.repeat(lo, S, 0), np.repeat(hi, S, 0))
     order = np.argsort(f.reshape(B, S), axis=1)
     ends = x.reshape(B, S, P)[np.arange(B)[:, None], order]
     theta, objective = np.empty((B, P)), np.full(B, np.inf)
     for b in range(B):
         for x_start in ends[b, :polish]:
             r = scipy.optimize.minimize(lambda t: tuple(v[0] for v in batch(t[None], np.array([b * S]))), x_start,
-                                        jac=True, method="L-BFGS-B", bounds=list(zip(lo, hi)),
+                                        jac=True, method="L-BFGS-B", bounds=list(zip(lo[b], hi[b])),
                                         options=dict(maxiter=10000, ftol=1e-13, gtol=1e-10))
             if r.fun < objective[b]:
                 theta[b], objective[b] = r.x, r.fun
@@ -1064,22 +1073,51 @@ def fit_law(data, restarts=500, fixed=None, seed=0, polish=2, box=BOX):
     return out
 
 
-def bootstrap_law(data, cells, n_boot, restarts, seed=0, workers=1, fixed=None, start=None):
-    """Block bootstrap (Schwethelm et al. App. F.2): resample the cells (arrays of row indices) with replacement and
-    refit each resample from `restarts` random starts plus `start` (the full-data estimate); returns the refits'
-    parameters (n_boot, 6). A resample is the full data with each row weighted by how often its cell was drawn (the
-    same Huber sum as the drawn rows), so the refits of a chunk descend together as one batch, a chunk per job."""
-    lo, hi = bounds(fixed)
+def block_weights(cells, n_rows, n_boot, seed=0):
+    """Row weights (n_boot, n_rows) of a block bootstrap (Schwethelm et al. App. F.2): each resample draws the cells
+    (lists of row indices) with replacement; a row counts as often as its cell was drawn."""
     rng = np.random.default_rng(seed)
-    weights = np.zeros((n_boot, len(data["L"])))
+    weights = np.zeros((n_boot, n_rows))
     for i in range(n_boot):
         for j in rng.integers(0, len(cells), len(cells)):
             weights[i, cells[j]] += 1
-    starts = np.array([random_starts(restarts, lo, hi, np.random.default_rng(seed + 1 + i)) for i in range(n_boot)])
+    return weights
+
+
+def paired_run_weights(cells_a, cells_b, n_boot, seed=0):
+    """Row weights of two data sets resampled together, run by run within each cell: cells_a[k] and cells_b[k] are
+    the same cell of each (lists of row indices, ordered alike, e.g. by width and seed), and a resample draws the
+    same ranks from both, so the k-th run of one pairs with the k-th of the other. Returns (n_boot, n_a), (n_boot,
+    n_b) for rows numbered 0 .. n_a - 1 and 0 .. n_b - 1."""
+    rng = np.random.default_rng(seed)
+    n_a = 1 + max((i for c in cells_a for i in c), default=-1)
+    n_b = 1 + max((i for c in cells_b for i in c), default=-1)
+    wa, wb = np.zeros((n_boot, n_a)), np.zeros((n_boot, n_b))
+    for i in range(n_boot):
+        for ca, cb in zip(cells_a, cells_b):
+            u = rng.random(max(len(ca), len(cb)))  # the ranks drawn, as quantiles of the cell
+            for cell, w in ((ca, wa), (cb, wb)):
+                if cell:
+                    np.add.at(w[i], np.asarray(cell)[(u[:len(cell)] * len(cell)).astype(int)], 1)
+    return wa, wb
+
+
+def bootstrap_law(data, weights, restarts, seed=0, workers=1, fixed=None, start=None):
+    """Refit the law on each resample, given as row weights (n_boot, n) (block_weights, paired_run_weights), from
+    `restarts` random starts plus `start` (the full-data estimate); returns the refits' parameters (n_boot, 6). A
+    row weighted w counts as w drawn copies (the same Huber sum), so the refits of a chunk descend together as one
+    batch, a chunk per job. fixed: held parameters ({name: value}), or a list of them, one per resample."""
+    n_boot = len(weights)
+    fixed = fixed if isinstance(fixed, list) else [fixed] * n_boot
+    lo = np.array([bounds(f)[0] for f in fixed]).reshape(n_boot, len(PARAMS))
+    hi = np.array([bounds(f)[1] for f in fixed]).reshape(n_boot, len(PARAMS))
+    starts = np.array([random_starts(restarts, lo[i], hi[i], np.random.default_rng(seed + 1 + i))
+                       for i in range(n_boot)])
     if start is not None:
-        starts = np.concatenate([starts, np.broadcast_to(start, (n_boot, 1, len(lo)))], 1)
+        starts = np.concatenate([starts, np.broadcast_to(start, (n_boot, 1, len(PARAMS)))], 1)
     size = 5  # refits a batch: larger ones lost more to page faults (big temporaries) than they saved in overhead
-    jobs = [(data, starts[i:i + size], lo, hi, weights[i:i + size]) for i in range(0, n_boot, size)]
+    jobs = [(data, starts[i:i + size], lo[i:i + size], hi[i:i + size], weights[i:i + size])
+            for i in range(0, n_boot, size)]
     if workers > 1:
         with _pool(workers) as pool:  # leaving the block (also by an exception or Ctrl-C) ends the workers
             thetas = list(_progress(pool.imap(_refit, jobs), n_boot, "bootstrap refits"))
@@ -1313,8 +1351,8 @@ def fit_joint(rows, restarts=500, n_boot=200, seed=0, workers=1, boot_restarts=1
            "phi=0": fit_law(data, restarts, {"phi": 0.0}, seed),
            "phi=1": fit_law(data, restarts, {"phi": 1.0}, seed)}
     if n_boot:
-        thetas = bootstrap_law(data, cells_of(rows), n_boot, boot_restarts, seed, workers,
-                               start=np.array(out["free"]["theta"]))
+        weights = block_weights(cells_of(rows), len(rows), n_boot, seed)
+        thetas = bootstrap_law(data, weights, boot_restarts, seed, workers, start=np.array(out["free"]["theta"]))
         out["bootstrap"] = dict(n=n_boot, **{f"{p}_ci": interval(thetas[:, i]) for i, p in enumerate(PARAMS)})
         out["bootstrap"]["phi_values"] = thetas[:, 5].tolist()
     budgets = sorted({field(r, "flops_budget") for r in rows})
@@ -1372,6 +1410,66 @@ def joint_frontiers(rows, fits):
     return out
 
 
+# ---- delta phi: what one recurrence is worth under one design against another, on the same grid ----
+# Schwethelm et al. 2026 (arXiv:2604.21106, §5, Table 3) refit the joint law for each probe (truncated BPTT,
+# hyper-connections) on its looped runs plus the baseline's r=1 runs and compare the phis. Here the comparison is one
+# number with its own interval: delta phi = phi(design) - phi(reference), both fitted on the budgets the design ran,
+# and a paired bootstrap. It resamples runs within each (budget, r) cell, the same ranks (width, seed) in both data
+# sets, so the shared r=1 runs and what the two designs' runs at one width have in common cancel. Not the block
+# bootstrap over cells of the joint fit: a probe at two budgets has six cells, and 98% of the resamples that draw
+# six of six cells leave one out, a whole r or budget, so the law is unidentified in most of them (the interval
+# came out 0.8-1.5 wide on a synthetic twin of the CPU grid, against a real spread of 0.02-0.03). `hold` keeps
+# parameters of the law (alpha, beta, a, b, e) at the reference's values, resample by resample: then a design
+# differs from its reference only in what a recurrence is worth. No paper measures delta phi; these choices are ours.
+
+def design_rows(rows, prefix, reference):
+    """A design's runs: the archs prefix + str(r) for r > 1 with its own r=1 runs (prefix + "1") if it has them,
+    else the reference's (reference + "1": a conditioning or residual rule at one pass is the plain model)."""
+    def loops(arch, p):  # r of arch `p<r>`, else None
+        return int(arch[len(p):]) if arch.startswith(p) and arch[len(p):].isdigit() else None
+    base = prefix if any(loops(field(r, "arch"), prefix) == 1 for r in rows) else reference
+    return [r for r in rows if (loops(field(r, "arch"), prefix) or 0) > 1 or loops(field(r, "arch"), base) == 1]
+
+
+def fit_delta_phi(rows, reference="r", designs=(), hold=(), restarts=500, n_boot=200, seed=0, workers=1,
+                  boot_restarts=16):
+    """phi and delta phi of each design (an arch prefix: trunc_r for trunc_r2, trunc_r4, ...) against the
+    reference prefix, on the budgets where the design has looped runs; paired block-bootstrap intervals."""
+    unknown = [p for p in hold if p not in PARAMS[:5]]
+    if unknown:
+        raise SystemExit(f"--hold takes parameters of the law {PARAMS[:5]}, not {unknown}")
+    reference_rows = design_rows(rows, reference, reference)
+    out = {}
+    for prefix in designs:
+        mine = design_rows(rows, prefix, reference)
+        budgets = sorted({field(r, "flops_budget") for r in mine if field(r, "n_loop") > 1})
+        if not budgets:
+            raise SystemExit(f"no looped runs of design {prefix!r}: its archs are named {prefix}2, {prefix}4, ...")
+        ref = [r for r in reference_rows if field(r, "flops_budget") in budgets]
+        mine = [r for r in mine if field(r, "flops_budget") in budgets]
+        ref_data, my_data = rows_law_data(ref), rows_law_data(mine)
+        ref_fit = fit_law(ref_data, restarts, None, seed)
+        my_fit = fit_law(my_data, restarts, {p: ref_fit[p] for p in hold}, seed)
+        entry = dict(budgets=budgets, runs=len(mine), reference_runs=len(ref), held=list(hold),
+                     phi=my_fit["phi"], phi_reference=ref_fit["phi"], delta_phi=my_fit["phi"] - ref_fit["phi"],
+                     fit=my_fit, reference_fit=ref_fit)
+        if n_boot:
+            keys = sorted({(field(r, "flops_budget"), field(r, "n_loop")) for r in ref + mine})
+            cells = [[sorted((i for i, r in enumerate(rs) if (field(r, "flops_budget"), field(r, "n_loop")) == k),
+                             key=lambda i: (field(rs[i], "n_embd"), field(rs[i], "seed") or 0)) for k in keys]
+                     for rs in (ref, mine)]
+            ref_w, my_w = paired_run_weights(*cells, n_boot, seed)
+            ref_boot = bootstrap_law(ref_data, ref_w, boot_restarts, seed, workers, start=np.array(ref_fit["theta"]))
+            held = [{p: ref_boot[i, PARAMS.index(p)] for p in hold} for i in range(n_boot)]
+            my_boot = bootstrap_law(my_data, my_w, boot_restarts, seed, workers, fixed=held,
+                                    start=np.array(my_fit["theta"]))
+            entry.update(phi_ci=interval(my_boot[:, 5]), phi_reference_ci=interval(ref_boot[:, 5]),
+                         delta_phi_ci=interval(my_boot[:, 5] - ref_boot[:, 5]), bootstrap=n_boot,
+                         delta_phi_values=(my_boot[:, 5] - ref_boot[:, 5]).tolist())
+        out[prefix] = entry
+    return out
+
+
 # ---- power of a planned grid: how precisely would its joint fit measure phi? ----
 # Before an iso-depth grid runs (Schwethelm et al. 2026, arXiv:2604.21106, §4.3), simulate it: the planned points'
 # N_once, N_rec, r and D, losses from an assumed joint law plus Gaussian seed noise, each synthetic grid fitted and
@@ -1418,7 +1516,8 @@ def simulate_phi(data, cells, theta, noise, trials, restarts=100, n_boot=100, bo
         fit = fit_law(sim, restarts, None, seed + t)
         phis.append(fit["phi"])
         if n_boot:
-            thetas = bootstrap_law(sim, cells, n_boot, boot_restarts, seed + t, workers, start=np.array(fit["theta"]))
+            weights = block_weights(cells, len(L), n_boot, seed + t)
+            thetas = bootstrap_law(sim, weights, boot_restarts, seed + t, workers, start=np.array(fit["theta"]))
             cis.append(interval(thetas[:, 5]))
     phis, phi_true = np.array(phis), float(theta[5])
     out = dict(phi_true=phi_true, noise=noise, runs=len(truth), trials=trials, phi=phis.tolist(),
@@ -1431,6 +1530,37 @@ def simulate_phi(data, cells, theta, noise, trials, restarts=100, n_boot=100, bo
                    coverage=float(np.mean((lo <= phi_true) & (phi_true <= hi))),
                    excludes_0=float(np.mean(lo > 0)), excludes_1=float(np.mean(hi < 1)))
     return out
+
+
+def simulate_delta_phi(reference_rows, reference, planned, designs, hold, noise, trials, restarts=100, n_boot=100,
+                       boot_restarts=16, seed=0, workers=1):
+    """The probes before they run: the reference's real runs (archs reference + r) as they are, each design's
+    planned runs (prefix + r, its r=1 too if it plans them) with losses from the reference's own fitted law (so
+    delta phi = 0) plus N(0, noise^2), fitted as `fit --law=delta_phi` fits the real ones. Returns per design the
+    spread of delta phi over `trials` synthetic designs and the median width of their 95% intervals."""
+    truth = fit_law(rows_law_data(reference_rows), restarts, None, seed)
+    rng = np.random.default_rng(seed)
+    out = {}
+    for prefix in designs:
+        mine = [q for q in planned if q["point"].arch.startswith(prefix) and q["point"].arch[len(prefix):].isdigit()]
+        rows = [dict(point=q["point"].name, arch=q["point"].arch, n_loop=q["model"].n_loop, n_embd=q["model"].n_embd,
+                     seed=q["train"]["seed"], flops_budget=q["point"].flops_budget, tokens=q["tokens"],
+                     **{k: q[k] for k in ("params_once_nonembed", "params_rec_nonembed")}) for q in mine]
+        if not rows:
+            raise SystemExit(f"the spec plans no point of design {prefix!r}")
+        expected = law_predict(np.array(truth["theta"]), rows_law_data([dict(r, val_loss=1.0) for r in rows]))
+        deltas, widths = [], []
+        for t in range(trials):
+            sim = [dict(r, val_loss=float(v)) for r, v in zip(rows, expected + rng.normal(0.0, noise, len(rows)))]
+            fit = fit_delta_phi(reference_rows + sim, reference, (prefix,), hold, restarts, n_boot, seed + t, workers,
+                                boot_restarts)[prefix]
+            deltas.append(fit["delta_phi"])
+            widths += [fit["delta_phi_ci"][1] - fit["delta_phi_ci"][0]] if n_boot else []
+        out[prefix] = dict(runs=len(rows), delta_phi=deltas, delta_phi_mean=float(np.mean(deltas)),
+                           delta_phi_sd=float(np.std(deltas, ddof=1)) if trials > 1 else float("nan"),
+                           median_ci_width=float(np.median(widths)) if widths else None)
+    return dict(reference_phi=truth["phi"], reference_runs=len(reference_rows), noise=noise, trials=trials,
+                hold=list(hold), designs=out)
 
 
 # ---- learning-rate transfer (Lee et al. 2026 muP test; Wang et al. 2026, arXiv:2606.18524) ----
@@ -1667,6 +1797,19 @@ def plot_joint(result, path):
     return _save(fig, result, path)
 
 
+def plot_delta_phi(result, path):
+    """Each design's delta phi against the reference with its paired 95% interval; 0 dotted."""
+    fig, (ax,) = _figure(1, width=6.0, height=1.2 + 0.5 * len(result))
+    for i, (name, e) in enumerate(result.items()):
+        lo, hi = e.get("delta_phi_ci", (e["delta_phi"], e["delta_phi"]))
+        ax.errorbar(e["delta_phi"], i, xerr=[[e["delta_phi"] - lo], [hi - e["delta_phi"]]], fmt="o", color="k",
+                    capsize=3)
+    ax.axvline(0.0, ls=":", color="k")
+    ax.set(yticks=range(len(result)), xlabel="delta phi against the reference (95% paired bootstrap)",
+           yticklabels=[f"{n} (phi {e['phi']:.2f} vs {e['phi_reference']:.2f})" for n, e in result.items()])
+    return _save(fig, result, path)
+
+
 def plot_compare(result, path):
     """Each arm's metric: one dot per training seed, a bar at the mean; the reference arm's mean dotted."""
     fig, (ax,) = _figure(1, width=1.2 + 1.1 * len(result["arms"]))
@@ -1702,7 +1845,7 @@ def plot_lr(result, path):
 # command line: fit
 
 FIT_KEYS = dict(
-    law="isoflop",  # isoflop (Lee et al.) | chinchilla | joint (Schwethelm et al.) | lr (LR transfer) | compare (arms)
+    law="isoflop",  # isoflop (Lee et al.) | chinchilla | joint (Schwethelm et al.) | delta_phi | lr | compare (arms)
     n_key="",  # the N of isoflop/chinchilla: "" = params_active (isoflop) / params_unique_nonembed (chinchilla)
     restarts=500,  # random starts per parametric fit (best one kept)
     bootstrap=200,  # bootstrap resamples (joint: blocks of (budget, r) cells; isoflop: residuals)
@@ -1716,7 +1859,10 @@ FIT_KEYS = dict(
     max_loss=float("inf"),  # drop runs whose val_loss exceeds this (diverged; Wang et al. use 4)
     group=("n_embd",),  # lr: the fields that define one LR curve (width, n_loop, n_layer ...)
     panel="arch",  # lr: the field that splits curves into panels (e.g. residual_scaling); compare: the arms' field
-    reference="",  # lr: the group whose optimal LR is transferred; compare: the arm compared against; "" = the first
+    reference="",  # lr: the group whose optimal LR is transferred; compare: the arm compared against; "" = the first;
+    # delta_phi: the arch prefix of the reference design ("" = r: archs r1, r2, r4)
+    designs=(),  # delta_phi: the designs' arch prefixes, e.g. ("trunc_r","hc_r") for trunc_r2, trunc_r4, hc_r2 ...
+    hold=(),  # delta_phi: parameters of the law held at the reference's fit, e.g. ("alpha","beta"); () = refit all
     metric="val_loss",  # compare: the row field compared
     out="",  # output path prefix for <out>.png/.json; "" = fit_<law> next to the results file
 )
@@ -1761,6 +1907,10 @@ def fit_results(path, argv, skip_empty=False):
     elif law == "joint":
         result = fit_joint(rows, cfg["restarts"], cfg["bootstrap"], cfg["seed"], cfg["workers"], cfg["boot_restarts"])
         files = plot_joint(result, out)
+    elif law == "delta_phi":
+        result = fit_delta_phi(rows, cfg["reference"] or "r", cfg["designs"], cfg["hold"], cfg["restarts"],
+                               cfg["bootstrap"], cfg["seed"], cfg["workers"], cfg["boot_restarts"])
+        files = plot_delta_phi(result, out)
     elif law == "lr":
         result = fit_lr(rows, cfg["group"], cfg["panel"], cfg["reference"] or None, cfg["max_loss"])
         files = plot_lr(result, out)
@@ -1768,15 +1918,15 @@ def fit_results(path, argv, skip_empty=False):
         result = compare_arms(rows, cfg["panel"], cfg["metric"], cfg["reference"] or None, cfg["archs"])
         files = plot_compare(result, out)
     else:
-        raise SystemExit(f"unknown --law={law!r}: use isoflop | chinchilla | joint | lr | compare")
+        raise SystemExit(f"unknown --law={law!r}: use isoflop | chinchilla | joint | delta_phi | lr | compare")
     return result, files
 
 
 def main_fit(argv):
     paths = [a for a in argv if not a.startswith("--") and a.endswith(".jsonl")]
     if len(paths) != 1:
-        raise SystemExit("usage: python scaling.py fit results.jsonl --law=isoflop|chinchilla|joint|lr|compare "
-                         "[--key=value]")
+        raise SystemExit("usage: python scaling.py fit results.jsonl "
+                         "--law=isoflop|chinchilla|joint|delta_phi|lr|compare [--key=value]")
     result, files = fit_results(paths[0], [a for a in argv if a not in paths])
     print(json.dumps(_summary(result), indent=1, default=float))
     print(f"wrote {', '.join(files)}", file=sys.stderr)
@@ -1795,6 +1945,10 @@ POWER_KEYS = dict(
     workers=1,  # processes for the bootstrap refits
     seed=0,
     only="",  # simulate only the points whose name matches this regular expression (as sweep's --only)
+    designs=(),  # delta phi instead of phi: these designs' planned runs against --calibrate's real runs of the
+    # --reference (its own fitted law, delta phi = 0; the noise measured on its seeds), fitted as --law=delta_phi
+    reference="r",  # delta phi: the arch prefix of the reference's runs in --calibrate
+    hold=(),  # delta phi: parameters held at the reference's fit, as fit's --hold
     out="",  # write the result here (.json); "" = print only
 )
 
@@ -1811,12 +1965,14 @@ def main_power(argv):
     if not cfg["calibrate"]:
         raise SystemExit("--calibrate=<pilot results.jsonl> is needed: the law's scale at this data comes from a pilot")
     pilot = select_rows(read_results(cfg["calibrate"]), FIT_KEYS)  # fit's defaults: every finished run
+    if cfg["designs"]:
+        return power_delta_phi(pilot, specs[0], cfg)
     law = calibrate_law(pilot, cfg["alpha"], cfg["beta"], cfg["phi"], cfg["restarts"], cfg["seed"])
     noise = cfg["noise"] or seed_noise(pilot)
     if not noise:
         raise SystemExit("the pilot has no point run with two seeds to measure the noise on; give --noise=<nats>")
     spec = load_spec(specs[0])
-    planned = [q for q in plan(spec) if re.search(cfg["only"], q["point"].name)]
+    planned = plan(spec, cfg["only"])
     if not planned:
         raise SystemExit(f"no point of {specs[0]} matches --only={cfg['only']!r}")
     data, cells = grid_law_data(planned, cfg["seeds"])
@@ -1824,6 +1980,29 @@ def main_power(argv):
                        cfg["boot_restarts"], cfg["seed"], cfg["workers"])
     out.update(law={k: law[k] for k in ("A", "alpha", "B", "beta", "E", "phi", "rmse")}, pilot_runs=len(pilot),
                seeds=cfg["seeds"], grid=specs[0], only=cfg["only"])
+    if cfg["out"]:
+        with open(cfg["out"], "w") as f:
+            json.dump(out, f, indent=1)
+    print(json.dumps(_summary(out), indent=1, default=float))
+    return out
+
+
+def power_delta_phi(rows, spec_path, cfg):
+    """`power --designs=...`: simulate_delta_phi on the probes a spec plans, against the reference's runs in rows at
+    the probes' budgets."""
+    planned = plan(load_spec(spec_path), cfg["only"])
+    budgets = {q["point"].flops_budget for q in planned}
+    reference = [r for r in design_rows(rows, cfg["reference"], cfg["reference"])
+                 if field(r, "flops_budget") in budgets]
+    if not reference:
+        raise SystemExit(f"--calibrate has no runs of the reference {cfg['reference']!r} at the budgets "
+                         f"{sorted(budgets)}")
+    noise = cfg["noise"] or seed_noise(reference)
+    if not noise:
+        raise SystemExit("the reference has no point run with two seeds to measure the noise on; give --noise=<nats>")
+    out = simulate_delta_phi(reference, cfg["reference"], planned, cfg["designs"], cfg["hold"], noise, cfg["trials"],
+                             cfg["restarts"], cfg["bootstrap"], cfg["boot_restarts"], cfg["seed"], cfg["workers"])
+    out.update(grid=spec_path, only=cfg["only"])
     if cfg["out"]:
         with open(cfg["out"], "w") as f:
             json.dump(out, f, indent=1)
@@ -1858,7 +2037,7 @@ def main_figures(argv):
 def _summary(obj):
     """The printed JSON: the result without long per-point arrays."""
     if isinstance(obj, dict):
-        return {k: _summary(v) for k, v in obj.items() if k not in ("phi_values", "theta")}
+        return {k: _summary(v) for k, v in obj.items() if k not in ("phi_values", "delta_phi_values", "theta")}
     if isinstance(obj, list) and len(obj) > 12 and all(isinstance(v, (int, float)) for v in obj):
         return f"[{len(obj)} numbers]"
     return [_summary(v) for v in obj] if isinstance(obj, list) else obj

@@ -262,6 +262,20 @@ def test_tied_embeddings_stored_once_counted_twice_for_compute():
     assert cu["params_active"] == ct["params_active"]
 
 
+def test_per_pass_conditioning_stays_out_of_n_once_and_n_rec():
+    """LoopFormer's embedders and modulators run once per pass and sequence, not per token: counted apart, like an
+    embedding, so the plain loop and its conditioned twin have the same N_once and N_rec."""
+    from loop import build_model
+    plan = dict(n_loop=4, n_prelude=1, injection="linear", hc_lanes=0)
+    plain, lf = build_model(small_config(**plan)), build_model(small_config(**plan, loop_cond="loopformer"))
+    cp, cl = scaling.count_params(plain), scaling.count_params(lf)
+    cond = sum(p.numel() for n, p in lf.named_parameters()
+               if n.startswith(("loop_embed.", "step_embed.")) or ".modulator." in n)
+    assert cond > 0 and cl["params_pass_nonembed"] == cond and cp["params_pass_nonembed"] == 0
+    assert cl["params_once_nonembed"] == cp["params_once_nonembed"]
+    assert cl["params_rec_nonembed"] == cp["params_rec_nonembed"]
+
+
 def test_injection_and_truncation_split():
     cfg = small_config()
     m = InjectedLoop(cfg, n_loop=4, n_grad=2)
@@ -517,6 +531,65 @@ def test_joint_fit_recovers_phi():
     assert abs(eq["N_eff_ratio"] - (4 + 4 ** free["phi"] * (4 + 2 / 12)) / 20) < 1e-9
 
 
+def design_grid(design_phi, prefix="x_r"):
+    """The reference's grid (r = 1, 2, 4) and a design's looped runs (r = 2, 4) whose recurrences are worth
+    design_phi, its own noise drawn apart from the reference's."""
+    design = joint_rows(dict(JOINT_TRUTH, phi=design_phi), seed=1, loops=(2, 4))
+    return joint_rows(loops=(1, 2, 4)) + [dict(r, arch=f"{prefix}{r['n_loop']}") for r in design]
+
+
+@pytest.mark.parametrize("hold", [(), ("a", "alpha", "b", "beta", "e")])
+def test_delta_phi_recovers_what_a_design_adds(hold):
+    result = scaling.fit_delta_phi(design_grid(0.76), "r", ("x_r",), hold, restarts=32, n_boot=20)["x_r"]
+    assert abs(result["delta_phi"] - 0.30) < 0.05 and abs(result["phi"] - 0.76) < 0.05
+    lo, hi = result["delta_phi_ci"]
+    assert 0 < lo <= 0.30 <= hi
+    assert result["runs"] == result["reference_runs"] == len(joint_rows(loops=(1, 2, 4)))  # r=1 runs shared
+    if hold:  # the held parameters are the reference's
+        assert result["fit"]["alpha"] == result["reference_fit"]["alpha"]
+
+
+def test_delta_phi_resamples_both_designs_with_the_same_cells():
+    """A design that is the reference under another name: delta phi is 0, and so is its whole interval, though phi's
+    own interval is not (unpaired resamples would give delta phi an interval wider than phi's)."""
+    rows = joint_rows(loops=(1, 2, 4))
+    twin = rows + [dict(r, arch=f"twin_r{r['n_loop']}") for r in rows if r["n_loop"] > 1]
+    result = scaling.fit_delta_phi(twin, "r", ("twin_r",), (), restarts=32, n_boot=10)["twin_r"]
+    lo, hi = result["delta_phi_ci"]
+    assert abs(result["delta_phi"]) < 1e-3 and hi - lo < 2e-3
+    assert result["phi_ci"][1] - result["phi_ci"][0] > 10 * (hi - lo)
+
+
+def test_paired_run_weights_draw_the_same_ranks_in_each_cell():
+    wa, wb = scaling.paired_run_weights([[0, 1, 2], [3]], [[2, 0, 1], [3, 4]], n_boot=50, seed=0)
+    assert wa.shape == (50, 4) and wb.shape == (50, 5)
+    assert (wa[:, :3].sum(1) == 3).all() and (wa[:, 3] == 1).all() and (wb[:, 3:].sum(1) == 2).all()
+    assert np.array_equal(wa[:, [0, 1, 2]], wb[:, [2, 0, 1]])  # rank k of a cell in one is rank k in the other
+    assert wa[:, :3].std() > 0  # and the ranks are resampled
+
+
+def test_design_rows_reuse_the_reference_r1_unless_the_design_has_its_own():
+    rows = [dict(arch=a, n_loop=int(a[-1])) for a in ("r1", "r2", "r4", "trunc_r2", "rscale_r4", "moe_r1", "moe_r4")]
+    pick = lambda prefix: sorted(r["arch"] for r in scaling.design_rows(rows, prefix, "r"))  # noqa: E731
+    assert pick("r") == ["r1", "r2", "r4"]
+    assert pick("trunc_r") == ["r1", "trunc_r2"] and pick("rscale_r") == ["r1", "rscale_r4"]
+    assert pick("moe_r") == ["moe_r1", "moe_r4"]
+
+
+def test_delta_phi_cli_writes_its_figure_and_refuses_a_bad_hold(tmp_path, capsys):
+    path = tmp_path / "results.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in design_grid(0.76)))
+    result = scaling.main_fit([str(path), "--law=delta_phi", "--designs=('x_r',)", "--hold=('alpha','beta')",
+                               "--restarts=8", "--bootstrap=4"])
+    assert result["x_r"]["held"] == ["alpha", "beta"] and len(result["x_r"]["delta_phi_ci"]) == 2
+    assert json.loads((tmp_path / "fit_delta_phi.json").read_text())["x_r"]["delta_phi"] == result["x_r"]["delta_phi"]
+    assert (tmp_path / "fit_delta_phi.png").exists()
+    with pytest.raises(SystemExit, match="--hold takes"):
+        scaling.main_fit([str(path), "--law=delta_phi", "--designs=('x_r',)", "--hold=('phi',)"])
+    with pytest.raises(SystemExit, match="no looped runs"):
+        scaling.main_fit([str(path), "--law=delta_phi", "--designs=('y_r',)"])
+
+
 def test_seed_noise_pools_the_seeds_of_each_point():
     rows = [dict(n_embd=16, seed=1, val_loss=1.0), dict(n_embd=16, seed=2, val_loss=1.2),
             dict(n_embd=24, seed=1, val_loss=2.0), dict(n_embd=24, seed=2, val_loss=2.0),
@@ -560,6 +633,30 @@ def test_power_cli_calibrates_the_law_and_the_noise_on_a_pilot(tmp_path, capsys)
     assert out["runs"] == 2 * 5  # the pilot spec's five r=4 widths at its first seed, simulated at two seeds each
     with pytest.raises(SystemExit, match="calibrate"):
         scaling.main_power(["config/sweeps/isodepth_pilot_cpu.py"])
+
+
+def test_power_of_delta_phi_simulates_each_design_against_the_real_reference(tmp_path):
+    """The probes' power: the reference's (here synthetic) runs of the iso-depth grid as the calibration, each design's
+    planned runs drawn from the reference's law with its seed noise, fitted as --law=delta_phi."""
+    theta = np.array([math.log(6.2), 0.199, math.log(130.0), 0.369, math.log(0.52), 0.459])  # the pilot's law
+    rng, rows = np.random.default_rng(0), []
+    for q in scaling.plan(scaling.load_spec("config/sweeps/isodepth_cpu.py"), only="_C(3e11|1e12)_"):
+        row = dict(point=q["point"].name, status="ok", arch=q["point"].arch, n_loop=q["model"].n_loop,
+                   n_embd=q["model"].n_embd, seed=q["train"]["seed"], flops_budget=q["point"].flops_budget,
+                   tokens=q["tokens"], params_once_nonembed=q["params_once_nonembed"],
+                   params_rec_nonembed=q["params_rec_nonembed"], val_loss=1.0)
+        loss = scaling.law_predict(theta, scaling.rows_law_data([row]))[0]
+        rows.append(dict(row, val_loss=float(loss + 0.015 * rng.standard_normal())))
+    path = tmp_path / "grid.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = scaling.main_power(["config/sweeps/isodepth_probes_cpu.py", f"--calibrate={path}", "--trials=2",
+                              "--designs=('rscale_r','moe_r')", "--hold=('alpha','beta')", "--bootstrap=4",
+                              "--restarts=8", r"--only=^(rscale|moe)_r\d_C(3e11|1e12)_d(16|24|32)"])
+    assert out["reference_runs"] == 54 and abs(out["noise"] - 0.015) < 0.005  # 27 seed pairs measure the noise
+    assert out["designs"]["rscale_r"]["runs"] == 2 * 2 * 3 * 2  # r = 2, 4; two budgets; three widths; two seeds
+    assert out["designs"]["moe_r"]["runs"] == 3 * 2 * 3 * 2  # its own r = 1 too
+    for design in out["designs"].values():
+        assert len(design["delta_phi"]) == 2 and design["median_ci_width"] > 0
 
 
 def test_joint_bootstrap_matches_brute_force_refits_for_less_than_one_fit(monkeypatch):
