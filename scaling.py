@@ -1416,9 +1416,9 @@ def joint_frontiers(rows, fits):
 # number with its own interval: delta phi = phi(design) - phi(reference), both fitted on the budgets the design ran,
 # and a paired bootstrap. It resamples runs within each (budget, r) cell, the same ranks (width, seed) in both data
 # sets, so the shared r=1 runs and what the two designs' runs at one width have in common cancel. Not the block
-# bootstrap over cells of the joint fit: a probe at two budgets has six cells, and 98% of the resamples that draw
-# six of six cells leave one out, a whole r or budget, so the law is unidentified in most of them (the interval
-# came out 0.8-1.5 wide on a synthetic twin of the CPU grid, against a real spread of 0.02-0.03). `hold` keeps
+# bootstrap over cells of the joint fit: a probe at two budgets has six cells, 98% of the resamples that draw six
+# of six miss one and a quarter lose a whole r, so the law is poorly identified in most of them (the interval came
+# out 0.8-1.5 wide on a synthetic twin of the CPU grid, against a real spread of 0.02-0.03). `hold` keeps
 # parameters of the law (alpha, beta, a, b, e) at the reference's values, resample by resample: then a design
 # differs from its reference only in what a recurrence is worth. No paper measures delta phi; these choices are ours.
 
