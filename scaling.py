@@ -1434,7 +1434,7 @@ def design_rows(rows, prefix, reference):
 def fit_delta_phi(rows, reference="r", designs=(), hold=(), restarts=500, n_boot=200, seed=0, workers=1,
                   boot_restarts=16):
     """phi and delta phi of each design (an arch prefix: trunc_r for trunc_r2, trunc_r4, ...) against the
-    reference prefix, on the budgets where the design has looped runs; paired block-bootstrap intervals."""
+    reference prefix, on the budgets where the design has looped runs; paired run-bootstrap intervals."""
     unknown = [p for p in hold if p not in PARAMS[:5]]
     if unknown:
         raise SystemExit(f"--hold takes parameters of the law {PARAMS[:5]}, not {unknown}")
@@ -1908,7 +1908,12 @@ def fit_results(path, argv, skip_empty=False):
         result = fit_joint(rows, cfg["restarts"], cfg["bootstrap"], cfg["seed"], cfg["workers"], cfg["boot_restarts"])
         files = plot_joint(result, out)
     elif law == "delta_phi":
-        result = fit_delta_phi(rows, cfg["reference"] or "r", cfg["designs"], cfg["hold"], cfg["restarts"],
+        designs, reference = cfg["designs"], cfg["reference"] or "r"
+        if skip_empty:  # a record whose probes have not all run yet: draw those that have
+            designs = [d for d in designs if any(field(r, "n_loop") > 1 for r in design_rows(rows, d, reference))]
+            if not designs:
+                return None, []
+        result = fit_delta_phi(rows, reference, designs, cfg["hold"], cfg["restarts"],
                                cfg["bootstrap"], cfg["seed"], cfg["workers"], cfg["boot_restarts"])
         files = plot_delta_phi(result, out)
     elif law == "lr":

@@ -635,20 +635,24 @@ def test_power_cli_calibrates_the_law_and_the_noise_on_a_pilot(tmp_path, capsys)
         scaling.main_power(["config/sweeps/isodepth_pilot_cpu.py"])
 
 
+def cpu_grid_rows(spec="config/sweeps/isodepth_cpu.py", only="_C(3e11|1e12)_", noise=0.015):
+    """Rows of the CPU iso-depth grid's planned runs with losses from the pilot's law plus noise."""
+    theta = np.array([math.log(6.2), 0.199, math.log(130.0), 0.369, math.log(0.52), 0.459])  # the pilot's law
+    rng, rows = np.random.default_rng(0), []
+    for q in scaling.plan(scaling.load_spec(spec), only):
+        row = dict(point=q["point"].name, status="ok", arch=q["point"].arch, n_loop=q["model"].n_loop,
+                   n_embd=q["model"].n_embd, seed=q["train"]["seed"], flops_budget=q["point"].flops_budget,
+                   tokens=q["tokens"], val_loss=1.0, **{k: v for k, v in q.items() if k.startswith("params_")})
+        loss = scaling.law_predict(theta, scaling.rows_law_data([row]))[0]
+        rows.append(dict(row, val_loss=float(loss + noise * rng.standard_normal())))
+    return rows
+
+
 def test_power_of_delta_phi_simulates_each_design_against_the_real_reference(tmp_path):
     """The probes' power: the reference's (here synthetic) runs of the iso-depth grid as the calibration, each design's
     planned runs drawn from the reference's law with its seed noise, fitted as --law=delta_phi."""
-    theta = np.array([math.log(6.2), 0.199, math.log(130.0), 0.369, math.log(0.52), 0.459])  # the pilot's law
-    rng, rows = np.random.default_rng(0), []
-    for q in scaling.plan(scaling.load_spec("config/sweeps/isodepth_cpu.py"), only="_C(3e11|1e12)_"):
-        row = dict(point=q["point"].name, status="ok", arch=q["point"].arch, n_loop=q["model"].n_loop,
-                   n_embd=q["model"].n_embd, seed=q["train"]["seed"], flops_budget=q["point"].flops_budget,
-                   tokens=q["tokens"], params_once_nonembed=q["params_once_nonembed"],
-                   params_rec_nonembed=q["params_rec_nonembed"], val_loss=1.0)
-        loss = scaling.law_predict(theta, scaling.rows_law_data([row]))[0]
-        rows.append(dict(row, val_loss=float(loss + 0.015 * rng.standard_normal())))
     path = tmp_path / "grid.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    path.write_text("".join(json.dumps(r) + "\n" for r in cpu_grid_rows()))
     out = scaling.main_power(["config/sweeps/isodepth_probes_cpu.py", f"--calibrate={path}", "--trials=2",
                               "--designs=('rscale_r','moe_r')", "--hold=('alpha','beta')", "--bootstrap=4",
                               "--restarts=8", r"--only=^(rscale|moe)_r\d_C(3e11|1e12)_d(16|24|32)"])
@@ -859,6 +863,22 @@ def test_figures_redraws_records_from_their_rows(tmp_path, capsys):
     (paper / "no_such_sweep.jsonl").write_text("{}\n")
     with pytest.raises(SystemExit, match="no sweep spec"):
         scaling.main(["figures", str(tmp_path / "records")])
+
+
+def test_figures_draw_the_probes_that_have_run(tmp_path, capsys):
+    """The iso-depth record holds the grid and its probes (one study): its delta phi figures draw the designs whose
+    runs are in, and a figure none of whose designs ran yet is left out."""
+    rows = cpu_grid_rows() + cpu_grid_rows("config/sweeps/isodepth_probes_cpu.py", r"^hc_r\d_C1e12_d(16|24|32)$")
+    paper = tmp_path / "records" / "schwethelm2026"
+    paper.mkdir(parents=True)
+    (paper / "isodepth_cpu.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    written = {os.path.basename(p) for p in scaling.main(["figures", str(tmp_path / "records")])}
+    assert written == {f"isodepth_cpu_{f}.{ext}" for f in ("isoflop", "delta_phi") for ext in ("png", "json")}
+    numbers = json.loads((paper / "isodepth_cpu_delta_phi.json").read_text())
+    assert list(numbers) == ["hc_r"] and numbers["hc_r"]["runs"] == 10 + 6  # r=1 at 1e12 (two seeds), hc at r=2, 4
+    assert abs(numbers["hc_r"]["delta_phi"]) < 0.3  # drawn from the same law: delta phi 0 up to the noise
+    isoflop = json.loads((paper / "isodepth_cpu_isoflop.json").read_text())
+    assert set(isoflop) == {"r1", "r2", "r4"}  # the probes stay out of the grid's isoFLOP figure
 
 
 def test_fit_cli_writes_figures(tmp_path, capsys):

@@ -20,7 +20,12 @@ import itertools
 
 name = "isodepth_cpu"
 record = "records/schwethelm2026"
-figures = {"isoflop": ["--law=isoflop", "--bootstrap=0"]}  # the joint fit (--law=joint) once both seeds are in
+# the joint fit (--law=joint) once both seeds are in; delta phi as the probes (isodepth_probes_cpu.py) arrive
+PROBES = ["--law=delta_phi", "--budgets=(3e11,1e12)", "--bootstrap=100", "--restarts=200"]
+SHARED_R1, OWN_R1 = '--designs=("trunc_r","hc_r","tdt_r","rscale_r")', '--designs=("iteradaln_r","moe_r")'
+figures = {"isoflop": ["--law=isoflop", "--bootstrap=0", '--archs=("r1","r2","r4")'],
+           "delta_phi": PROBES + [SHARED_R1, '--hold=("a","alpha","b","beta","e")'],
+           "delta_phi_own_r1": PROBES + [OWN_R1, '--hold=("alpha","beta")']}
 WIDTHS = {3e11: (16, 24, 32, 48), 1e12: (16, 24, 32, 48, 64), 3e12: (16, 24, 32, 48, 64), 1e13: (24, 32, 48, 64)}
 common = dict(data_source="offline", tokenizer="byte", head_dim=32, n_prelude=1, n_coda=1, eval_interval=100000,
               eval_tokens=65536, sample_tokens=0)

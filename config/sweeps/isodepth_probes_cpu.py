@@ -26,7 +26,8 @@ import os
 import runpy
 
 _grid = runpy.run_path(os.path.join(os.path.dirname(__file__), "isodepth_cpu.py"))
-name, out_dir, record = "isodepth_probes_cpu", "out/sweeps/isodepth_cpu", "records/schwethelm2026"
+# points of the grid's study: its name, so its results.jsonl, record file and figures (delta phi among them)
+name, record = "isodepth_cpu", "records/schwethelm2026"
 common, env, flops_per_second, lr_for = (_grid[k] for k in ("common", "env", "flops_per_second", "lr_for"))
 
 # arch prefix: (the overrides at r passes, the passes it runs)
