@@ -14,9 +14,9 @@
 # with the whole law held at the plain loop's (only phi free), the two with their own r=1 with its exponents held
 # (records/schwethelm2026.md gives the power of each: 95% intervals on delta phi about 0.33 and 0.5-0.66 wide at
 # two seeds). About 8 core-minutes per design, r and seed. Parts (seed 7: add _s7$ to the pattern; seed 1337: \d$):
-#     python scaling.py sweep config/sweeps/isodepth_probes_cpu.py --only='^(trunc|hc)_'
+#     python scaling.py sweep config/sweeps/isodepth_probes_cpu.py --only='^(moe|iteradaln)_'
 #     python scaling.py sweep config/sweeps/isodepth_probes_cpu.py --only='^(tdt|rscale)_'
-#     python scaling.py sweep config/sweeps/isodepth_probes_cpu.py --only='^(iteradaln|moe)_'
+#     python scaling.py sweep config/sweeps/isodepth_probes_cpu.py --only='^(hc|trunc)_'
 #     python scaling.py fit out/sweeps/isodepth_cpu/results.jsonl --law=delta_phi --budgets='(3e11,1e12)' \
 #         --designs='("trunc_r","hc_r","tdt_r","rscale_r")' --hold='("a","alpha","b","beta","e")'
 #     python scaling.py fit out/sweeps/isodepth_cpu/results.jsonl --law=delta_phi --budgets='(3e11,1e12)' \
@@ -32,12 +32,12 @@ common, env, flops_per_second, lr_for = (_grid[k] for k in ("common", "env", "fl
 
 # arch prefix: (the overrides at r passes, the passes it runs)
 DESIGNS = {
-    "trunc_r": (lambda r: dict(bptt_loops=math.ceil(r / 2)), (2, 4)),
-    "hc_r": (lambda r: dict(injection="none", hc_lanes=2), (2, 4)),
+    "moe_r": (lambda r: dict(n_expert=8, top_k=2), (1, 2, 4)),
     "iteradaln_r": (lambda r: dict(loop_cond="iteradaln"), (1, 2, 4)),
     "tdt_r": (lambda r: dict(loop_cond="loopformer"), (2, 4)),
     "rscale_r": (lambda r: dict(residual_scaling="linear"), (2, 4)),
-    "moe_r": (lambda r: dict(n_expert=8, top_k=2), (1, 2, 4)),
+    "hc_r": (lambda r: dict(injection="none", hc_lanes=2), (2, 4)),
+    "trunc_r": (lambda r: dict(bptt_loops=math.ceil(r / 2)), (2, 4)),
 }
 
 
