@@ -20,10 +20,11 @@ import itertools
 
 name = "isodepth_cpu"
 record = "records/schwethelm2026"
-# the joint fit (--law=joint) once both seeds are in; delta phi as the probes (isodepth_probes_cpu.py) arrive
+# the joint fit over every budget that has run; delta phi as the probes (isodepth_probes_cpu.py) arrive
 PROBES = ["--law=delta_phi", "--budgets=(3e11,1e12)", "--bootstrap=100", "--restarts=200"]
 SHARED_R1, OWN_R1 = '--designs=("trunc_r","hc_r","tdt_r","rscale_r")', '--designs=("iteradaln_r","moe_r")'
 figures = {"isoflop": ["--law=isoflop", "--bootstrap=0", '--archs=("r1","r2","r4")'],
+           "joint": ["--law=joint", '--archs=("r1","r2","r4")', "--workers=1"],
            "delta_phi": PROBES + [SHARED_R1, '--hold=("a","alpha","b","beta","e")'],
            "delta_phi_own_r1": PROBES + [OWN_R1, '--hold=("alpha","beta")']}
 WIDTHS = {3e11: (16, 24, 32, 48), 1e12: (16, 24, 32, 48, 64), 3e12: (16, 24, 32, 48, 64), 1e13: (24, 32, 48, 64)}
