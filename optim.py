@@ -130,8 +130,9 @@ class MuonH(torch.optim.Optimizer):
     is scaled back to its previous Frobenius norm, so every matrix stays on its init-norm sphere. A matrix of norm
     0 (a zero-initialised modulator) takes the plain Muon step instead, or it could never move.
     A stacked parameter (MoE experts, (E, out, in)) is E matrices: each is orthogonalised and kept on its own
-    sphere, as Muon treats experts (Liu et al. 2025, Moonlight). Momentum, Newton-Schulz and the shape-adjusted LR
-    are torch.optim.Muon's own, step for step (tests/test_loop.py compares the two on a matrix)."""
+    sphere, as Muon trains MoE models expert by expert (Liu et al. 2025, Moonlight, arXiv:2502.16982). Momentum,
+    Newton-Schulz and the shape-adjusted LR are torch.optim.Muon's own, step for step (tests/test_loop.py compares
+    the two on a matrix; the step is bit for bit the torch.optim.Muon-based one this class replaced)."""
 
     def __init__(self, params, lr, momentum=0.95, nesterov=True, ns_steps=5):
         defaults = dict(lr=lr, weight_decay=0.0, momentum=momentum, nesterov=nesterov, ns_steps=ns_steps,
