@@ -1442,15 +1442,17 @@ def fit_delta_phi(rows, reference="r", designs=(), hold=(), restarts=500, n_boot
     out = {}
     for prefix in designs:
         mine = design_rows(rows, prefix, reference)
-        budgets = sorted({field(r, "flops_budget") for r in mine if field(r, "n_loop") > 1})
-        if not budgets:
+        looped = [r for r in mine if field(r, "n_loop") > 1]
+        if not looped:
             raise SystemExit(f"no looped runs of design {prefix!r}: its archs are named {prefix}2, {prefix}4, ...")
-        ref = [r for r in reference_rows if field(r, "flops_budget") in budgets]
-        mine = [r for r in mine if field(r, "flops_budget") in budgets]
+        # the same budgets and training seeds on both sides: a seed's offset would otherwise read as a change of phi
+        budgets, seeds = (sorted({field(r, k) for r in looped}) for k in ("flops_budget", "seed"))
+        ref, mine = ([r for r in rs if field(r, "flops_budget") in budgets and field(r, "seed") in seeds]
+                     for rs in (reference_rows, mine))
         ref_data, my_data = rows_law_data(ref), rows_law_data(mine)
         ref_fit = fit_law(ref_data, restarts, None, seed)
         my_fit = fit_law(my_data, restarts, {p: ref_fit[p] for p in hold}, seed)
-        entry = dict(budgets=budgets, runs=len(mine), reference_runs=len(ref), held=list(hold),
+        entry = dict(budgets=budgets, seeds=seeds, runs=len(mine), reference_runs=len(ref), held=list(hold),
                      phi=my_fit["phi"], phi_reference=ref_fit["phi"], delta_phi=my_fit["phi"] - ref_fit["phi"],
                      fit=my_fit, reference_fit=ref_fit)
         if n_boot:
