@@ -747,7 +747,7 @@ def test_bootstrap_workers_end_with_their_parent(sig):
     import signal
     import time
     rows = joint_rows(loops=(1, 4))
-    args = (scaling.rows_law_data(rows), scaling.cells_of(rows), 2000, 8)  # minutes of refits
+    args = (scaling.rows_law_data(rows), scaling.block_weights(scaling.cells_of(rows), len(rows), 2000), 8)  # minutes
     parent = multiprocessing.get_context("fork").Process(target=scaling.bootstrap_law, args=args,
                                                          kwargs=dict(workers=2))
     parent.start()
