@@ -1422,13 +1422,17 @@ def joint_frontiers(rows, fits):
 # parameters of the law (alpha, beta, a, b, e) at the reference's values, resample by resample: then a design
 # differs from its reference only in what a recurrence is worth. No paper measures delta phi; these choices are ours.
 
+def design_loops(arch, prefix):
+    """r of a design's arch name prefix + str(r) (trunc_r4 -> 4 for trunc_r), else None."""
+    return int(arch[len(prefix):]) if arch.startswith(prefix) and arch[len(prefix):].isdigit() else None
+
+
 def design_rows(rows, prefix, reference):
     """A design's runs: the archs prefix + str(r) for r > 1 with its own r=1 runs (prefix + "1") if it has them,
     else the reference's (reference + "1": a conditioning or residual rule at one pass is the plain model)."""
-    def loops(arch, p):  # r of arch `p<r>`, else None
-        return int(arch[len(p):]) if arch.startswith(p) and arch[len(p):].isdigit() else None
-    base = prefix if any(loops(field(r, "arch"), prefix) == 1 for r in rows) else reference
-    return [r for r in rows if (loops(field(r, "arch"), prefix) or 0) > 1 or loops(field(r, "arch"), base) == 1]
+    base = prefix if any(design_loops(field(r, "arch"), prefix) == 1 for r in rows) else reference
+    return [r for r in rows
+            if (design_loops(field(r, "arch"), prefix) or 0) > 1 or design_loops(field(r, "arch"), base) == 1]
 
 
 def fit_delta_phi(rows, reference="r", designs=(), hold=(), restarts=500, n_boot=200, seed=0, workers=1,
@@ -1544,7 +1548,7 @@ def simulate_delta_phi(reference_rows, reference, planned, designs, hold, noise,
     rng = np.random.default_rng(seed)
     out = {}
     for prefix in designs:
-        mine = [q for q in planned if q["point"].arch.startswith(prefix) and q["point"].arch[len(prefix):].isdigit()]
+        mine = [q for q in planned if design_loops(q["point"].arch, prefix) is not None]
         rows = [dict(point=q["point"].name, arch=q["point"].arch, n_loop=q["model"].n_loop, n_embd=q["model"].n_embd,
                      seed=q["train"]["seed"], flops_budget=q["point"].flops_budget, tokens=q["tokens"],
                      **{k: q[k] for k in ("params_once_nonembed", "params_rec_nonembed")}) for q in mine]
