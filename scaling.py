@@ -729,7 +729,8 @@ def write_record(path, row):
 
 
 def print_plan(planned, spec, done, rate, rate_source):
-    print(f"sweep {spec['name']}: {len(planned)} points ({len(done)} done) -> {sweep_dir(spec)}")
+    n_done = sum(q["point"].name in done for q in planned)  # results.jsonl may hold other selections' rows
+    print(f"sweep {spec['name']}: {len(planned)} points ({n_done} done) -> {sweep_dir(spec)}")
     print(f"{'point':<44} {'params':>9} {'active':>9} {'FLOPs/tok':>9} {'steps':>7} {'tokens':>9} {'est':>7}")
     total_flops = total_s = 0.0
     for q in planned:

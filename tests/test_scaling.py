@@ -983,7 +983,7 @@ json.dump({"train": args, "model": {}}, open(os.path.join(out, "config.json"), "
 '''
 
 
-def test_interrupted_sweep_runs_each_point_once(tmp_path, monkeypatch):
+def test_interrupted_sweep_runs_each_point_once(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(ROOT)
     fake = tmp_path / "fake_train.py"
     fake.write_text(FAKE_TRAIN)
@@ -1038,8 +1038,10 @@ def test_interrupted_sweep_runs_each_point_once(tmp_path, monkeypatch):
     scaling.run_sweep(spec, retry_failed=True, only=r"_d96$")  # --only is a regular expression on the names
     assert len(invocations()) == 8
     assert [r["status"] for r in scaling.read_results(str(record)) if r["point"] == failing] == ["ok"]  # replaced
+    capsys.readouterr()
     scaling.run_sweep(spec, retry_failed=True, only=r"_C1e09_d(32|64)$")  # all done: nothing runs
     assert len(invocations()) == 8
+    assert "sweep t: 2 points (2 done)" in capsys.readouterr().out  # the selection's count, not results.jsonl's 6
     with pytest.raises(SystemExit, match="no point of sweep t matches"):
         scaling.run_sweep(spec, only="_d48")
 
