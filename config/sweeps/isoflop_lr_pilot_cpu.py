@@ -1,7 +1,10 @@
 # Pilot of the CPU isoFLOP grid (Lee et al. 2026, arXiv:2605.09165, §4): the base LR of muP at its base width
 # d=32 for Base 4 and Looped-MoE 2x2 at the grid's middle budget 3e11 FLOPs (about 0.8M tokens), two seeds.
-# muP carries the LR found here to every width of config/sweeps/isoflop_cpu.py. About 10 minutes of one core.
-#     python scaling.py sweep config/sweeps/isoflop_lr_pilot_cpu.py
+# muP carries the LR found here to every width. About 10 minutes of one core for the 2,048-token batches of the
+# width pilot (config/sweeps/isoflop_width_pilot_cpu.py); the _b4 arms repeat it with the 512-token batches of the
+# grid that replaced it (config/sweeps/isoflop_cpu.py), at LRs 1e-3 ... 8e-3, about 15 more minutes:
+#     python scaling.py sweep config/sweeps/isoflop_lr_pilot_cpu.py --only='^(base|looped_moe)_C'
+#     python scaling.py sweep config/sweeps/isoflop_lr_pilot_cpu.py --only='_b4_.*_lr0.00[1248]_' --parallel=2
 #     python scaling.py figures records/
 name = "isoflop_lr_pilot_cpu"
 record = "records/lee2026"
@@ -9,6 +12,8 @@ figures = {"lr": ["--law=lr", "--panel=arch", '--group=("n_embd",)']}
 archs = {
     "base": dict(configs=["config/sparse_base.py"], overrides=dict(n_layer=4)),
     "looped_moe": dict(configs=["config/sparse_looped_moe.py"], overrides=dict(n_layer=2, n_loop=2)),
+    "base_b4": dict(configs=["config/sparse_base.py"], overrides=dict(n_layer=4, batch_size=4)),
+    "looped_moe_b4": dict(configs=["config/sparse_looped_moe.py"], overrides=dict(n_layer=2, n_loop=2, batch_size=4)),
 }
 budgets = [3e11]
 widths = [32]

@@ -1,18 +1,12 @@
-# CPU-scale version of Lee et al.'s isoFLOP study (arXiv:2605.09165, §4): the same four architectures at 4
-# effective layers (Base 4, Looped 2x2, MoE 4, Looped-MoE 2x2 with top-2 of 8 experts), byte-level tokenizer on the
-# offline corpus, heads of 8, context 128, four budgets 1e11 ... 3e12 FLOPs (C = 6 N_active D, as the paper).
-# Each budget's widths span about 4x below and above the Chinchilla-optimal size N* = (C/120)^(1/2) in parameters
-# (the previous grid, d >= 32 at 1e11, sat wholly above it); muP at base width 32 with LRs from the pilot
-# config/sweeps/isoflop_lr_pilot_cpu.py: optima 7.5e-3 (Base) and 4.2e-3 (Looped-MoE), taken a factor sqrt(2) lower,
-# where the curves are flat but the seeds agree better (Looped-MoE's two seeds differ by 0.13 nats at 4e-3, 0.03 at
-# 2e-3); Looped and MoE take their dense or sparse sibling's. records/lee2026.md holds the design, the power
-# estimate and the parts:
-# Its first runs (Base at 1e11 and 3e11, seed 1337) found the optimum at or below d=16 at those budgets (more than
-# 80 tokens per parameter): records/lee2026.md gives the numbers and the grid that replaces this one's budgets.
-#     python scaling.py sweep config/sweeps/isoflop_cpu.py --dry_run
-#     python scaling.py sweep config/sweeps/isoflop_cpu.py --only='_C(1e11|3e11)_.*_s1337'   # part 1
-#     python scaling.py figures records/
-name = "isoflop_cpu"
+# First CPU isoFLOP grid of Lee et al. 2026 (arXiv:2605.09165, §4), kept as the width pilot it became: the four
+# architectures at 4 effective layers (Base 4, Looped 2x2, MoE 4, Looped-MoE 2x2 with top-2 of 8 experts), byte
+# tokenizer on the offline corpus, heads of 8, context 128, 2,048-token batches, budgets 1e11 ... 3e12 FLOPs with
+# widths about 4x below and above the Chinchilla-optimal N* = (C/120)^(1/2); muP at base width 32 with the LRs of
+# config/sweeps/isoflop_lr_pilot_cpu.py taken a factor sqrt(2) lower. Its first 8 runs (Base at 1e11 and 3e11, seed
+# 1337) found the optimum at or below d=16 (more than 80 tokens per parameter), so the grid moved:
+# config/sweeps/isoflop_cpu.py holds the one that replaced it, records/lee2026.md the numbers.
+#     python scaling.py sweep config/sweeps/isoflop_width_pilot_cpu.py --only='^base_C(1e11|3e11)_.*_s1337$'
+name = "isoflop_width_pilot_cpu"
 record = "records/lee2026"
 figures = {"isoflop": ["--law=isoflop"]}
 archs = {
