@@ -31,4 +31,4 @@ common = dict(
     mup_base_width=32, warmup_iters=20, eval_interval=100000, eval_tokens=131072, sample_tokens=0,
 )
 env = dict(OMP_NUM_THREADS="1")  # tiny models: a second thread only spins (use --parallel=2 on a quiet machine)
-flops_per_second = 6e9  # one core, 512-token batches: Base 0.4-1.3e10 at d=16-64 in the batch pilot, MoE about half
+flops_per_second = 8e9  # one core, 512-token batches: Base 0.4-2.0e10 at d=8-64 in the first runs, Looped-MoE 0.6x
