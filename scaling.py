@@ -715,6 +715,16 @@ def point_row(planned, run_dir, status, rc, revision, command):
     return row
 
 
+def exclusive(f):
+    """Hold an exclusive lock on open file f until it is closed (released too if the process dies); other processes
+    wait. Windows has no flock: there, run one sweep per spec at a time."""
+    try:
+        import fcntl
+    except ImportError:
+        return
+    fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+
+
 def write_record(path, row):
     """Append a finished row, without its config, to a committed record file, once per point: a rerun of a failed
     point (--retry_failed) replaces its failed row."""
@@ -810,11 +820,13 @@ def run_sweep(spec, dry_run=False, only="", retry_failed=False, limit=0, paralle
         row = point_row(q, run_dir, status, rc, revision, command)
         row.update(flops_per_token_schwethelm=q["work"] / q["tokens"],
                    process_s=time.time() - started if rc is not None else None)  # train.py's start-up included
-        with open(results, "a") as f:
-            f.write(json.dumps(row) + "\n")
         record_dir = record.get(row["arch"], "") if isinstance(record, dict) else record
-        if record_dir:  # the committed copy, without the full config (git_rev and command reproduce it)
-            write_record(os.path.join(record_dir, spec["name"] + ".jsonl"), row)
+        with open(results, "a") as f:
+            exclusive(f)  # two sweeps of one spec (different --only) share both files: no row may be lost
+            f.write(json.dumps(row) + "\n")
+            f.flush()
+            if record_dir:  # the committed copy, without the full config (git_rev and command reproduce it)
+                write_record(os.path.join(record_dir, spec["name"] + ".jsonl"), row)
         finished += 1
         left = len(todo) - finished
         eta = (time.time() - t_start) / finished * left

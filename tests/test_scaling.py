@@ -1046,6 +1046,32 @@ def test_interrupted_sweep_runs_each_point_once(tmp_path, monkeypatch, capsys):
         scaling.run_sweep(spec, only="_d48")
 
 
+@pytest.mark.skipif(sys.platform == "win32", reason="no flock on Windows")
+def test_a_finished_point_waits_for_another_sweeps_write(tmp_path, monkeypatch):
+    """Two sweeps of one spec (different --only) write the same results.jsonl and record: a finished point's two
+    writes wait while another process holds them, so neither file can lose the other's row."""
+    import threading
+    monkeypatch.chdir(ROOT)
+    fake = tmp_path / "fake_train.py"
+    fake.write_text(FAKE_TRAIN)
+    monkeypatch.setenv("FAKE_LOG", str(tmp_path / "log.jsonl"))
+    spec = dict(name="t", out_dir=str(tmp_path / "sweep"), archs={"base": ["config/sparse_base.py"]},
+                budgets=[1e9], widths=[32], runner=[sys.executable, str(fake)],
+                common=dict(n_layer=2, head_dim=16, tokenizer="byte", block_size=32, batch_size=2),
+                record=str(tmp_path / "records"))
+    results, record = tmp_path / "sweep" / "results.jsonl", tmp_path / "records" / "t.jsonl"
+    results.parent.mkdir()
+    with open(results, "a") as held:  # the other sweep, in the middle of its write
+        scaling.exclusive(held)
+        sweep = threading.Thread(target=scaling.run_sweep, args=(spec,))
+        sweep.start()
+        sweep.join(timeout=3)
+        assert sweep.is_alive() and not record.exists() and results.read_text() == ""
+    sweep.join(timeout=30)
+    assert not sweep.is_alive() and len(scaling.read_results(str(record))) == 1
+    assert len(scaling.read_results(str(results))) == 1
+
+
 def test_every_sweep_spec_plans(monkeypatch, capsys):
     """Each spec under config/sweeps/ parses as train.py would parse its points (bad keys stop here)."""
     monkeypatch.chdir(ROOT)
