@@ -1875,6 +1875,7 @@ FIT_KEYS = dict(
     baseline_arch="",  # also keep the n_loop=1 runs of this architecture (probe refits reuse the r=1 runs)
     budgets=(),  # keep only these budgets; () = all
     loops=(),  # keep only these n_loop values; () = all
+    seeds=(),  # keep only these training seeds (a finding's spread over seeds: fit each seed alone); () = all
     max_loss=float("inf"),  # drop runs whose val_loss exceeds this (diverged; Wang et al. use 4)
     group=("n_embd",),  # lr: the fields that define one LR curve (width, n_loop, n_layer ...)
     panel="arch",  # lr: the field that splits curves into panels (e.g. residual_scaling); compare: the arms' field
@@ -1898,12 +1899,14 @@ def select_rows(rows, cfg, allow_empty=False):
             continue
         if cfg["loops"] and field(r, "n_loop") not in cfg["loops"]:
             continue
+        if cfg["seeds"] and field(r, "seed") not in cfg["seeds"]:
+            continue
         if cfg["archs"] and field(r, "arch") not in cfg["archs"]:
             if not (field(r, "arch") == cfg["baseline_arch"] and field(r, "n_loop") == 1):
                 continue
         keep.append(r)
     if not keep and not allow_empty:
-        raise SystemExit("no runs left after the subset keys (archs, budgets, loops, max_loss); loosen them")
+        raise SystemExit("no runs left after the subset keys (archs, budgets, loops, seeds, max_loss); loosen them")
     return keep
 
 

@@ -922,6 +922,16 @@ def test_fit_cli_writes_figures(tmp_path, capsys):
         scaling.main(["fit", str(path), "--law=joint", "--loops=(3,)"])
 
 
+def test_fit_subset_keys_select_seeds():
+    """--seeds=(7,) fits one training seed alone (a finding's per-seed values), from rows of several seeds."""
+    rows = [dict(arch="r1", n_loop=1, flops_budget=1e12, val_loss=2.0, seed=s) for s in (1337, 7, 42)]
+    cfg = dict(scaling.FIT_KEYS, seeds=(7, 42))
+    assert [r["seed"] for r in scaling.select_rows(rows, cfg)] == [7, 42]
+    assert len(scaling.select_rows(rows, scaling.FIT_KEYS)) == 3
+    with pytest.raises(SystemExit, match="seeds"):
+        scaling.select_rows(rows, dict(scaling.FIT_KEYS, seeds=(1,)))
+
+
 def test_injection_ablation_tokens():
     """Schwethelm et al. Table 5 (s=10, r=4, C=1e18): linear injection 955M tokens, the parameter-free variants and
     hyper-connections 973M."""
