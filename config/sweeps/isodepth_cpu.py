@@ -22,7 +22,8 @@ import itertools
 name = "isodepth_cpu"
 record = "records/schwethelm2026"
 # the joint fit over every budget that has run; delta phi as the probes (isodepth_probes_cpu.py) arrive
-PROBES = ["--law=delta_phi", "--budgets=(3e11,1e12)", "--bootstrap=100", "--restarts=200"]
+# 400 paired resamples: ten beyond each end of a 95% interval (100 left its ends on two or three)
+PROBES = ["--law=delta_phi", "--budgets=(3e11,1e12)", "--bootstrap=400", "--restarts=200"]
 SHARED_R1, OWN_R1 = '--designs=("trunc_r","hc_r","tdt_r","rscale_r")', '--designs=("iteradaln_r","moe_r")'
 figures = {"isoflop": ["--law=isoflop", "--bootstrap=0", '--archs=("r1","r2","r4")'],
            "joint": ["--law=joint", '--archs=("r1","r2","r4")', "--workers=1"],

@@ -13,7 +13,9 @@
 # matrices, one sphere per expert). The designs without their own r=1 reuse the grid's r=1 runs; they are fitted
 # with the whole law held at the plain loop's (only phi free), the two with their own r=1 with its exponents held
 # (records/schwethelm2026.md gives the power of each: 95% intervals on delta phi about 0.33 and 0.5-0.66 wide at
-# two seeds). About 8 core-minutes per design, r and seed. Parts (seed 7: add _s7$ to the pattern; seed 1337: \d$):
+# two seeds). About 8 core-minutes per design, r and seed. Parts (seed 7: add _s7$ to the pattern; seed 1337: \d$;
+# the third seed, 42, ran for the three designs whose effect lay within twice its interval: --only=
+# '^(tdt_r[24]|rscale_r[24]|iteradaln_r[124])_C(3e11|1e12)_d\d+_s42$' with the grid's plain loop at seed 42):
 #     python scaling.py sweep config/sweeps/isodepth_probes_cpu.py --only='^(moe|iteradaln)_'
 #     python scaling.py sweep config/sweeps/isodepth_probes_cpu.py --only='^(tdt|rscale)_'
 #     python scaling.py sweep config/sweeps/isodepth_probes_cpu.py --only='^(hc|trunc)_'
