@@ -12,6 +12,7 @@
 #     python scaling.py sweep config/sweeps/isoflop_cpu.py --dry_run
 #     python scaling.py sweep config/sweeps/isoflop_cpu.py --parallel=2 --only='^(base|looped_moe)_C(3e11|1e12|3e12)_.*_s1337$'   # part 1
 #     python scaling.py sweep config/sweeps/isoflop_cpu.py --parallel=2 --only='^(base|looped_moe)_C1e13_.*_s1337$'   # part 2
+#     python scaling.py sweep config/sweeps/isoflop_cpu.py --parallel=2 --only='^(looped|moe)_C(3e11|1e12|3e12)_'  # 4 archs
 #     python scaling.py figures records/
 name = "isoflop_cpu"
 record = "records/lee2026"
