@@ -1061,6 +1061,7 @@ def test_a_finished_point_waits_for_another_sweeps_write(tmp_path, monkeypatch):
     """Two sweeps of one spec (different --only) write the same results.jsonl and record: a finished point's two
     writes wait while another process holds them, so neither file can lose the other's row."""
     import threading
+    import time
     monkeypatch.chdir(ROOT)
     fake = tmp_path / "fake_train.py"
     fake.write_text(FAKE_TRAIN)
@@ -1075,7 +1076,11 @@ def test_a_finished_point_waits_for_another_sweeps_write(tmp_path, monkeypatch):
         scaling.exclusive(held)
         sweep = threading.Thread(target=scaling.run_sweep, args=(spec,))
         sweep.start()
-        sweep.join(timeout=3)
+        for _ in range(300):  # until the point's run has finished: only its rows are left to write
+            if (tmp_path / "sweep" / scaling.grid_points(spec)[0].name / "result.json").exists():
+                break
+            time.sleep(0.1)
+        sweep.join(timeout=1)
         assert sweep.is_alive() and not record.exists() and results.read_text() == ""
     sweep.join(timeout=30)
     assert not sweep.is_alive() and len(scaling.read_results(str(record))) == 1
