@@ -993,16 +993,20 @@ json.dump({"train": args, "model": {}}, open(os.path.join(out, "config.json"), "
 '''
 
 
-def test_interrupted_sweep_runs_each_point_once(tmp_path, monkeypatch, capsys):
+def fake_sweep(tmp_path, monkeypatch, record, budgets=(1e9,), widths=(32,)):
+    """A sweep spec whose runner is FAKE_TRAIN (its calls logged to tmp_path/log.jsonl), run from the repository."""
     monkeypatch.chdir(ROOT)
     fake = tmp_path / "fake_train.py"
     fake.write_text(FAKE_TRAIN)
+    monkeypatch.setenv("FAKE_LOG", str(tmp_path / "log.jsonl"))
+    return dict(name="t", out_dir=str(tmp_path / "sweep"), archs={"base": ["config/sparse_base.py"]},
+                budgets=list(budgets), widths=list(widths), runner=[sys.executable, str(fake)],
+                common=dict(n_layer=2, head_dim=16, tokenizer="byte", block_size=32, batch_size=2), record=record)
+
+
+def test_interrupted_sweep_runs_each_point_once(tmp_path, monkeypatch, capsys):
+    spec = fake_sweep(tmp_path, monkeypatch, str(tmp_path / "records" / "paper"), budgets=[1e9, 2e9], widths=[32, 64])
     log = tmp_path / "log.jsonl"
-    monkeypatch.setenv("FAKE_LOG", str(log))
-    spec = dict(name="t", out_dir=str(tmp_path / "sweep"), archs={"base": ["config/sparse_base.py"]},
-                budgets=[1e9, 2e9], widths=[32, 64], runner=[sys.executable, str(fake)],
-                common=dict(n_layer=2, head_dim=16, tokenizer="byte", block_size=32, batch_size=2),
-                record=str(tmp_path / "records" / "paper"))
     names = [p.name for p in scaling.grid_points(spec)]
     results = tmp_path / "sweep" / "results.jsonl"
 
@@ -1062,14 +1066,7 @@ def test_a_finished_point_waits_for_another_sweeps_write(tmp_path, monkeypatch):
     writes wait while another process holds them, so neither file can lose the other's row."""
     import threading
     import time
-    monkeypatch.chdir(ROOT)
-    fake = tmp_path / "fake_train.py"
-    fake.write_text(FAKE_TRAIN)
-    monkeypatch.setenv("FAKE_LOG", str(tmp_path / "log.jsonl"))
-    spec = dict(name="t", out_dir=str(tmp_path / "sweep"), archs={"base": ["config/sparse_base.py"]},
-                budgets=[1e9], widths=[32], runner=[sys.executable, str(fake)],
-                common=dict(n_layer=2, head_dim=16, tokenizer="byte", block_size=32, batch_size=2),
-                record=str(tmp_path / "records"))
+    spec = fake_sweep(tmp_path, monkeypatch, str(tmp_path / "records"))
     results, record = tmp_path / "sweep" / "results.jsonl", tmp_path / "records" / "t.jsonl"
     results.parent.mkdir()
     with open(results, "a") as held:  # the other sweep, in the middle of its write
