@@ -9,7 +9,8 @@
 # injection ablation (isodepth_probes_cpu.py, injection_ablation_cpu.py) add to the same results.jsonl.
 # Two training seeds, 1337 (train.py's default: names without a suffix) and 7 (names ending _s7): the power simulation
 # (`python scaling.py power`, records/schwethelm2026.md) gives one seed a 95% interval on phi 0.40 wide, two 0.26.
-# A third seed, 42 (_s42), at the two lower budgets only: the plain loop that the probes' delta phi is measured against.
+# A third and a fourth seed, 42 (_s42) and 3 (_s3), at the two lower budgets only: the plain loop that the probes'
+# delta phi is measured against (isodepth_probes_cpu.py says which designs ran them).
 # Parts, per seed (seed 7: add _s7$ to the pattern; seed 1337: add \d$):
 #     python scaling.py sweep config/sweeps/isodepth_cpu.py --only='_C(3e11|1e12)_'   # part 1, about 25 core-minutes
 #     python scaling.py sweep config/sweeps/isodepth_cpu.py --only='_C3e12_'          # part 2, about an hour
@@ -40,7 +41,8 @@ def lr_for(tokens, model, train):
     return 0.014 * (tokens / 614400) ** -0.32  # HyperP data correction (Schwethelm et al. §4.2)
 
 
-SEEDS = (None, 7, 42)  # None: train.py's default seed 1337; 42, the third seed of delta phi, at 3e11-1e12 only
+# None: train.py's default seed 1337; 42 and 3, delta phi's third and fourth seeds, at 3e11-1e12 only
+SEEDS = (None, 7, 42, 3)
 
 
 def grid(loops=(1, 2, 4), budgets=tuple(WIDTHS), prefix="r", extra=None, seeds=SEEDS):
