@@ -97,7 +97,7 @@ def _parse_value(text):
         return text  # a bare string such as --init_from=resume
 
 
-def configure(defaults, model_cls=None, argv=None, doc_source=None, choices=None):
+def configure(defaults, model_cls=None, argv=None, doc_source=None, choices=None, usage=None):
     """Return (script config dict, model config instance or None) after config files and --key=value overrides.
 
     defaults: the script's own keys (simple values only; other entries such as modules are ignored).
@@ -105,6 +105,7 @@ def configure(defaults, model_cls=None, argv=None, doc_source=None, choices=None
         for values that do not fit together becomes a ConfigError.
     doc_source: the file whose `# comments` describe the script keys (default: the caller's file).
     choices: {script key: allowed values} for the script's enum keys, checked here rather than when first used.
+    usage: the command line --help shows (default: python <doc_source's file> [config/file.py ...] [--key=value ...]).
     """
     argv = sys.argv[1:] if argv is None else list(argv)
     if doc_source is None:
@@ -123,7 +124,7 @@ def configure(defaults, model_cls=None, argv=None, doc_source=None, choices=None
     known = {**script, **model_defaults}
 
     if "-h" in argv or "--help" in argv:
-        print_help(script, model_defaults, doc_source, model_cls)
+        print_help(script, model_defaults, doc_source, model_cls, usage)
         raise SystemExit(0)
 
     values = {}
@@ -172,13 +173,14 @@ def configure(defaults, model_cls=None, argv=None, doc_source=None, choices=None
     return script, model_cfg
 
 
-def print_help(script, model_defaults, doc_source, model_cls):
+def print_help(script, model_defaults, doc_source, model_cls, usage=None):
     def section(title, keys, docs):
         print(title)
         width = max((len(k) for k in keys), default=0)
         for k, v in keys.items():
             print(f"  --{k.ljust(width)} = {v!r:<14} {docs.get(k, '')}")
-    print(f"usage: python {doc_source and doc_source.split('/')[-1]} [config/file.py ...] [--key=value ...]\n")
+    usage = usage or f"python {doc_source and doc_source.split('/')[-1]} [config/file.py ...] [--key=value ...]"
+    print(f"usage: {usage}\n")
     section("script keys:", script, _comments(doc_source, script))
     if model_cls is not None:
         print()

@@ -170,7 +170,8 @@ def test_help_lists_keys_with_descriptions():
 
 
 def test_counting_scripts_do_not_import_scipy():
-    """scipy is for the scaling-law fits only: the scripts that import scaling.py to count FLOPs start without it."""
+    """scipy is for the scaling-law fits only (fits.py): the scripts that import scaling.py to count FLOPs start
+    without it."""
     code = "import sys, train, early_exit, bench; print(sorted(m for m in sys.modules if m.split('.')[0] == 'scipy'))"
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
                          env=dict(os.environ, OMP_NUM_THREADS="1"))
