@@ -773,7 +773,9 @@ def run_sweep(spec, dry_run=False, only="", retry_failed=False, limit=0, paralle
     """Plan, print, then run every point not yet done (one at a time, or `parallel` at once), appending a row to
     results.jsonl after each. A point killed midway is resumed (--resume) the next time; a point whose run failed
     (non-zero exit: divergence, a bug) gets a row with status 'failed' and is not retried unless retry_failed."""
+    import signal
     import subprocess
+    import threading
     import time
     root = os.path.dirname(os.path.abspath(__file__))
     out = sweep_dir(spec)
@@ -841,6 +843,11 @@ def run_sweep(spec, dry_run=False, only="", retry_failed=False, limit=0, paralle
         print(f"[{q['point'].name}] {status}: val_loss {row.get('val_loss')} | {finished}/{len(todo)} done, "
               f"{left} left, eta {_hms(eta)}", flush=True)
 
+    def stopped(signum, frame):  # a plain `kill` (SIGTERM) stops the runs too, as Ctrl-C does; no orphaned run
+        raise SystemExit(f"sweep stopped (signal {signum}); its runs were stopped too: run the same command to resume")
+
+    in_main_thread = threading.current_thread() is threading.main_thread()  # only it may set a signal handler
+    previous = signal.signal(signal.SIGTERM, stopped) if in_main_thread else None
     try:
         while queue or running:
             for slot in range(slots):
@@ -860,6 +867,10 @@ def run_sweep(spec, dry_run=False, only="", retry_failed=False, limit=0, paralle
     finally:
         for q, proc, *_ in running.values():  # the sweep itself was stopped: stop its runs (they resume later)
             proc.terminate()
+        for q, proc, *_ in running.values():
+            proc.wait()
+        if in_main_thread:
+            signal.signal(signal.SIGTERM, previous)
     return planned
 
 

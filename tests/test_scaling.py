@@ -515,6 +515,9 @@ if os.environ.get("FAKE_KILL") == os.path.basename(out):  # killed halfway: a ch
     os.kill(os.getpid(), signal.SIGKILL)
 if os.environ.get("FAKE_FAIL") == os.path.basename(out):
     sys.exit(1)
+if os.environ.get("FAKE_HANG"):  # a long run: says it started, then waits to be stopped
+    open(os.environ["FAKE_HANG"], "w").write(str(os.getpid()))
+    signal.pause()
 result = {"val_loss": 3 + 64 / float(args["n_embd"]), "tokens": 1000, "flops": float(args["flops_budget"]),
           "wall_s": 0.01, "steps": 1, "params_unique": 1}
 json.dump(result, open(os.path.join(out, "result.json"), "w"))
@@ -587,6 +590,38 @@ def test_interrupted_sweep_runs_each_point_once(tmp_path, monkeypatch, capsys):
     assert "sweep t: 2 points (2 done)" in capsys.readouterr().out  # the selection's count, not results.jsonl's 6
     with pytest.raises(SystemExit, match="no point of sweep t matches"):
         scaling.run_sweep(spec, only="_d48")
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+def test_a_terminated_sweep_stops_its_runs(tmp_path, monkeypatch):
+    """`kill <sweep>` (SIGTERM) once left its training runs going with no sweep to record them, and a rerun beside
+    them would train the same point twice: now the runs stop with the sweep, which says how to resume."""
+    import signal
+    import subprocess
+    import time
+    spec = fake_sweep(tmp_path, monkeypatch, "")
+    hang = tmp_path / "run.pid"
+    monkeypatch.setenv("FAKE_HANG", str(hang))
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    code = f"import json, scaling; scaling.run_sweep(json.load(open({str(tmp_path / 'spec.json')!r})))"
+    sweep = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    while not hang.exists() or not hang.read_text():
+        assert sweep.poll() is None and time.time() < deadline, "the run never started"
+        time.sleep(0.05)
+    run = int(hang.read_text())
+    sweep.send_signal(signal.SIGTERM)
+    try:
+        assert sweep.wait(timeout=30) != 0 and "run the same command to resume" in sweep.stderr.read()
+        with pytest.raises(ProcessLookupError):  # the run is gone (and reaped: the sweep waited for it)
+            os.kill(run, 0)
+    finally:  # a failing check leaves no orphan behind
+        if sweep.poll() is None:
+            sweep.kill()
+        try:
+            os.kill(run, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="no flock on Windows")
