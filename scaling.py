@@ -950,14 +950,16 @@ def memory_table(mem, cfg, needed):
 
 
 def main(argv=None):
-    import fits  # here, not at the top: fits.py imports this file for the sweeps' specs and rows
     argv = sys.argv[1:] if argv is None else list(argv)
-    commands = {"count": main_count, "sweep": main_sweep, "fit": fits.main_fit, "figures": fits.main_figures,
-                "power": fits.main_power}
+    statistics = ("fit", "figures", "power")  # fits.py's commands
+    commands = ("count", "sweep") + statistics
     if not argv or argv[0] not in commands:
         raise SystemExit(f"usage: python scaling.py {{{'|'.join(commands)}}} [...]; "
                          f"e.g. python scaling.py count config/sparse_base.py --n_embd=512")
-    return commands[argv[0]](argv[1:])
+    if argv[0] in statistics:
+        import fits  # here, not at the top: fits.py imports this file for the sweeps' specs and rows
+        return getattr(fits, "main_" + argv[0])(argv[1:])
+    return {"count": main_count, "sweep": main_sweep}[argv[0]](argv[1:])
 
 
 if __name__ == "__main__":

@@ -16,8 +16,8 @@
 # two seeds). About 8 core-minutes per design, r and seed. Parts (seed 7: add _s7$ to the pattern; seed 1337: \d$;
 # the third seed, 42, ran for the three designs whose effect lay within twice its interval: --only=
 # '^(tdt_r[24]|rscale_r[24]|iteradaln_r[124])_C(3e11|1e12)_d\d+_s42$' with the grid's plain loop at seed 42; the
-# fourth, 3, for the two whose pooled interval still reached 0 at three seeds: --only=
-# '^(r[124]|tdt_r[24]|iteradaln_r[124])_C(3e11|1e12)_d\d+_s3$', the plain loop included):
+# fourth, 3, for the two whose pooled interval still reached 0 at three seeds: --only='_s3$' with the grid's plain
+# loop at seed 3, isodepth_cpu.py --only='_C(3e11|1e12)_d\d+_s3$'):
 #     python scaling.py sweep config/sweeps/isodepth_probes_cpu.py --only='^(moe|iteradaln)_'
 #     python scaling.py sweep config/sweeps/isodepth_probes_cpu.py --only='^(tdt|rscale)_'
 #     python scaling.py sweep config/sweeps/isodepth_probes_cpu.py --only='^(hc|trunc)_'
