@@ -1,7 +1,7 @@
 """
 The statistics of scaling sweeps: scaling-law fits and their bootstrap intervals, delta phi between designs, the
 power of a planned grid, learning-rate transfer, comparisons of arms at matched compute, and the records' figures.
-scaling.py counts parameters and FLOPs and runs the sweeps; this file reads the rows they write (a sweep's
+scaling.py counts parameters and FLOPs and sweep.py runs the sweeps; this file reads the rows they write (a sweep's
 results.jsonl, a record's records/<paper>/<sweep>.jsonl) and fits them. Its commands run through scaling.py:
 
     python scaling.py fit out/sweeps/isoflop_cpu/results.jsonl --law=isoflop
@@ -17,7 +17,7 @@ import sys
 import numpy as np
 import scipy.optimize
 
-from scaling import load_spec, plan, read_results
+from sweep import load_spec, plan, read_results
 
 # -----------------------------------------------------------------------------------------------------------------
 # scaling-law fits (numpy/scipy only)

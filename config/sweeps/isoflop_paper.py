@@ -4,7 +4,7 @@
 # FineWeb-Edu, the peak LR transferred by muP from the d=128 proxy (config/sweeps/mup_transfer_paper.py).
 #     python scaling.py sweep config/sweeps/isoflop_paper.py --dry_run
 #     python scaling.py fit out/sweeps/isoflop_paper/results.jsonl --law=isoflop
-# The keys of a sweep spec are listed in scaling.py (section "sweeps").
+# The keys of a sweep spec are listed at the top of sweep.py.
 name = "isoflop_paper"
 archs = {
     "base": ["config/sparse_base.py"],

@@ -1,0 +1,342 @@
+"""
+Scaling sweeps: plan a grid of training runs, run train.py for each point (one at a time or several at once), and
+append one row per finished run to results.jsonl (and to the committed record). Re-running a sweep resumes it: a
+finished point is skipped, a killed one continues from its checkpoint. The accounting each point's plan rests on is
+scaling.py's; the fits of the rows are fits.py's. The command runs through scaling.py:
+
+    python scaling.py sweep config/sweeps/isoflop_cpu.py --dry_run     # the plan: points, tokens, estimated time
+    python scaling.py sweep config/sweeps/isoflop_cpu.py --parallel=2  # run what is not done yet
+
+A sweep spec (config/sweeps/*.py) is a plain Python file that sets:
+  name            the sweep; its directory is out/sweeps/<name> unless out_dir is set (specs that share out_dir
+                  share results.jsonl: the probes of a study reuse its baseline runs)
+  archs           {arch name: [config files]} or {arch name: dict(configs=[...], overrides={key: value})}
+  budgets         training FLOPs per run (train.py --flops_budget; [0] or absent: its max_iters)
+  widths          [n_embd ...] or {budget: [n_embd ...]};  lrs, seeds: lists;  variants: {name: overrides}
+  common          keys given to every run (train.py's or GPTConfig's)
+  runner          the command before the config files (default: python train.py; e.g. torchrun ... train.py)
+  parallel, devices   runs at once, and the CUDA_VISIBLE_DEVICES of each slot
+  env             environment variables of the runs (CPU specs: OMP_NUM_THREADS=1, one core per run)
+  flops_per_second    first guess of the throughput for the time estimate (later: measured on finished runs)
+  lr_for(tokens, model_config, train_config)   optional: the LR of a run from its planned tokens (HyperP)
+  points()        optional, instead of the grid keys: dicts with name, arch, configs, overrides, flops_budget,
+                  fields (extra columns for results.jsonl)
+  record          optional: a committed directory (records/<paper>), or {arch: directory}, that also gets each
+                  finished row, without the config, in <directory>/<name>.jsonl: the course's results
+  figures         optional: {figure name: `scaling.py fit` arguments}, which `scaling.py figures records/` draws
+                  from each record file of this sweep as <directory>/<name>_<figure name>.png/.json
+"""
+import dataclasses
+import itertools
+import json
+import os
+import re
+import sys
+from collections import namedtuple
+
+import numpy as np
+
+from data import TOKENIZER_VOCAB  # a named tokenizer sets the vocabulary train.py trains with (data.training_vocab)
+from scaling import cli_arg, count_params, flops_per_token, model_on_meta, train_defaults
+
+TRAIN_PY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "train.py")  # describes the keys
+ROW_FIELDS = ("arch", "n_embd", "n_layer", "n_loop", "lr", "flops_budget", "seed")
+
+Point = namedtuple("Point", "name arch configs overrides flops_budget fields")
+
+
+def load_spec(path):
+    """A sweep spec's variables, as a dict."""
+    import runpy
+    if not os.path.exists(path):
+        raise SystemExit(f"no sweep spec at {path}; the specs live in config/sweeps/")
+    spec = {k: v for k, v in runpy.run_path(path).items() if not k.startswith("_")}
+    spec.setdefault("name", os.path.splitext(os.path.basename(path))[0])
+    return spec
+
+
+def grid_points(spec):
+    """The spec's points: its own `points()` if it defines one, else archs x variants x budgets x widths x lrs x
+    seeds."""
+    if callable(spec.get("points")):
+        points = [Point(p["name"], p["arch"], list(p.get("configs", [])), dict(p.get("overrides", {})),
+                        float(p.get("flops_budget", 0.0)), dict(p.get("fields", {}))) for p in spec["points"]()]
+    else:
+        points = []
+        for arch, arch_spec in spec["archs"].items():
+            configs, arch_over = (arch_spec, {}) if isinstance(arch_spec, (list, tuple)) else (
+                arch_spec["configs"], arch_spec.get("overrides", {}))
+            for (variant, var_over), C in itertools.product(spec.get("variants", {"": {}}).items(),
+                                                            spec.get("budgets", [0.0])):
+                widths = spec["widths"][C] if isinstance(spec.get("widths"), dict) else spec.get("widths", [None])
+                for d, lr, seed in itertools.product(widths, spec.get("lrs", [None]), spec.get("seeds", [None])):
+                    over = dict(arch_over, **var_over)
+                    over.update({k: v for k, v in (("n_embd", d), ("lr", lr), ("seed", seed)) if v is not None})
+                    parts = (arch, variant, f"C{C:.3g}" if C else "", f"d{d}" if d else "",
+                             f"lr{lr:.3g}" if lr else "", f"s{seed}" if seed is not None else "")
+                    points.append(Point("_".join(x for x in parts if x).replace("+", ""), arch, list(configs), over,
+                                        float(C), {"variant": variant} if variant else {}))
+    names = [p.name for p in points]
+    if len(set(names)) != len(names):
+        raise SystemExit("two sweep points share a name; give variants distinct names")
+    return points
+
+
+def point_settings(spec, point):
+    """(train.py's config dict, GPTConfig) of a point: its config files, then the spec's common keys, then the
+    point's overrides, parsed as train.py parses them. The vocabulary follows the tokenizer, as in train.py."""
+    from configurator import configure
+    from model import GPTConfig
+    argv = list(point.configs) + [cli_arg(k, v) for k, v in {**spec.get("common", {}), **point.overrides}.items()]
+    train, model_cfg = configure(train_defaults(), GPTConfig, argv, doc_source=TRAIN_PY)
+    vocab = TOKENIZER_VOCAB.get(train["tokenizer"])
+    if vocab is not None and model_cfg.vocab_size != vocab:
+        model_cfg = dataclasses.replace(model_cfg, vocab_size=vocab)
+    return train, model_cfg
+
+
+def plan(spec, only=""):
+    """Every point (whose name matches the regular expression `only`) with its accounting: parameters, FLOPs per
+    token, steps and tokens as train.py will compute them (steps = round(C / (F * tokens per step)), at least 1)."""
+    rows = []
+    for p in (p for p in grid_points(spec) if re.search(only, p.name)):
+        train, model_cfg = point_settings(spec, p)
+        model = model_on_meta(model_cfg)
+        F = flops_per_token(model, train["flops_convention"], model_cfg.block_size)
+        per_step = train["batch_size"] * model_cfg.block_size * train["grad_accum"]
+        steps = max(1, round(p.flops_budget / F / per_step)) if p.flops_budget > 0 else train["max_iters"]
+        if callable(spec.get("lr_for")):  # an LR that depends on the run's tokens (HyperP's data correction)
+            p.overrides["lr"] = train["lr"] = float(spec["lr_for"](steps * per_step, model_cfg, train))
+        rows.append(dict(point=p, model=model_cfg, train=train, steps=steps, tokens=steps * per_step,
+                         flops_per_token=F, work=steps * per_step * flops_per_token(model, "schwethelm"),
+                         **count_params(model)))
+    return rows
+
+
+def git_revision(repo):
+    import subprocess
+    try:
+        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=repo, capture_output=True, text=True,
+                             check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=repo,
+                               capture_output=True, text=True).stdout.strip()
+        return rev + ("+dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def sweep_dir(spec):
+    return spec.get("out_dir") or os.path.join("out", "sweeps", spec["name"])
+
+
+def read_results(path):
+    """Rows of a results.jsonl (one JSON object per finished run)."""
+    if not os.path.exists(path):
+        raise SystemExit(f"no results file at {path}: run `python scaling.py sweep SPEC` first")
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def done_points(results_path, retry_failed=False):
+    """Names of the points that already have a row (failed ones too, unless retry_failed)."""
+    if not os.path.exists(results_path):
+        return set()
+    return {r["point"] for r in read_results(results_path) if r.get("status") == "ok" or not retry_failed}
+
+
+def point_row(planned, run_dir, status, rc, revision, command):
+    """One tidy row: the point's fields, the accounting, train.py's result.json, the config and the revision."""
+    p = planned["point"]
+    row = dict(point=p.name, status=status, rc=rc, **{k: None for k in ROW_FIELDS})
+    row.update({k: getattr(planned["model"], k) for k in ("n_embd", "n_layer", "n_loop")})
+    row.update(arch=p.arch, lr=planned["train"].get("lr"), flops_budget=p.flops_budget,
+               seed=planned["train"].get("seed"), **p.fields)
+    row.update({k: v for k, v in planned.items() if k.startswith("params_")})
+    row.update(planned_tokens=planned["tokens"], flops_per_token=planned["flops_per_token"], val_loss=None)
+    result_path = os.path.join(run_dir, "result.json")
+    if os.path.exists(result_path):
+        with open(result_path) as f:
+            row.update(json.load(f))
+        if row.get("tokens"):
+            row["flops_per_token"] = row.get("flops", 0) / row["tokens"] or row["flops_per_token"]
+    config_path = os.path.join(run_dir, "config.json")
+    if os.path.exists(config_path):
+        with open(config_path) as f:
+            row["config"] = json.load(f)
+    row.update(git_rev=revision, command=command)
+    return row
+
+
+def exclusive(f):
+    """Hold an exclusive lock on open file f until it is closed (released too if the process dies); other processes
+    wait. Windows has no flock: there, run one sweep per spec at a time."""
+    try:
+        import fcntl
+    except ImportError:
+        return
+    fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+
+
+def write_record(path, row):
+    """Append a finished row, without its config, to a committed record file, once per point: a rerun of a failed
+    point (--retry_failed) replaces its failed row."""
+    rows = read_results(path) if os.path.exists(path) else []
+    if any(r["point"] == row["point"] and r.get("status") == "ok" for r in rows):
+        return
+    rows = [r for r in rows if r["point"] != row["point"]] + [{k: v for k, v in row.items() if k != "config"}]
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    with open(path + ".tmp", "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in rows)
+    os.replace(path + ".tmp", path)
+
+
+def print_plan(planned, spec, done, rate, rate_source):
+    n_done = sum(q["point"].name in done for q in planned)  # results.jsonl may hold other selections' rows
+    print(f"sweep {spec['name']}: {len(planned)} points ({n_done} done) -> {sweep_dir(spec)}")
+    print(f"{'point':<44} {'params':>9} {'active':>9} {'FLOPs/tok':>9} {'steps':>7} {'tokens':>9} {'est':>7}")
+    total_flops = total_s = 0.0
+    for q in planned:
+        est = q["work"] / rate
+        mark = " done" if q["point"].name in done else ""
+        print(f"{q['point'].name:<44} {q['params_unique']:>9.3g} {q['params_active']:>9.3g} "
+              f"{q['flops_per_token']:>9.3g} {q['steps']:>7d} {q['tokens']:>9.3g} {_hms(est):>7}{mark}")
+        total_flops += q["tokens"] * q["flops_per_token"]
+        total_s += 0 if mark else est
+    print(f"total {total_flops:.3g} FLOPs ({planned[0]['train']['flops_convention']} convention); estimated "
+          f"{_hms(total_s)} to go at {rate:.3g} FLOP/s ({rate_source})")
+
+
+def _hms(seconds):
+    seconds = int(seconds)
+    if seconds >= 3600:
+        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+    return f"{seconds // 60}m{seconds % 60:02d}s"
+
+
+def run_sweep(spec, dry_run=False, only="", retry_failed=False, limit=0, parallel=0):
+    """Plan, print, then run every point not yet done (one at a time, or `parallel` at once), appending a row to
+    results.jsonl after each. A point killed midway is resumed (--resume) the next time; a point whose run failed
+    (non-zero exit: divergence, a bug) gets a row with status 'failed' and is not retried unless retry_failed."""
+    import signal
+    import subprocess
+    import threading
+    import time
+    root = os.path.dirname(os.path.abspath(__file__))
+    out = sweep_dir(spec)
+    results = os.path.join(out, "results.jsonl")
+    record = spec.get("record") or ""  # one directory, or {arch: directory} for a sweep that serves several papers
+    planned = plan(spec, only)
+    if not planned:
+        raise SystemExit(f"no point of sweep {spec['name']} matches --only={only!r}; `--dry_run` lists the names")
+    done = done_points(results, retry_failed)
+    rows = read_results(results) if os.path.exists(results) else []
+    measured = [r["tokens"] * r["flops_per_token_schwethelm"] / r["process_s"] for r in rows
+                if r.get("status") == "ok" and r.get("process_s") and r.get("flops_per_token_schwethelm")]
+    rate, source = ((float(np.median(measured)), f"measured on {len(measured)} finished runs") if measured else
+                    (float(spec.get("flops_per_second", 5e9)), "the spec's flops_per_second guess"))
+    print_plan(planned, spec, done, rate, source)
+    todo = [q for q in planned if q["point"].name not in done][:limit or None]
+    if dry_run or not todo:
+        return planned
+    os.makedirs(out, exist_ok=True)
+    revision = git_revision(root)
+    runner = list(spec.get("runner", [sys.executable, "train.py"]))
+    slots = max(1, parallel or spec.get("parallel", 1))
+    devices = spec.get("devices")  # e.g. ["0", "1", ...]: CUDA_VISIBLE_DEVICES of each parallel slot
+    running = {}  # slot -> (planned, process, started, run_dir, command)
+    queue = list(todo)
+    t_start, finished = time.time(), 0
+
+    def launch(slot, q):
+        p = q["point"]
+        run_dir = os.path.join(out, p.name)
+        os.makedirs(run_dir, exist_ok=True)
+        if os.path.exists(os.path.join(run_dir, "result.json")):  # finished, but the sweep died before its row
+            return run_dir, None, ""
+        args = [cli_arg(k, v) for k, v in {**spec.get("common", {}), **p.overrides}.items()]
+        cmd = runner + p.configs + args + [f"--out_dir={run_dir}"]
+        if p.flops_budget > 0:
+            cmd.append(f"--flops_budget={p.flops_budget!r}")
+        if os.path.exists(os.path.join(run_dir, "ckpt.pt")):
+            cmd.append("--resume")
+        env = dict(os.environ, **spec.get("env", {}))
+        if devices:
+            env["CUDA_VISIBLE_DEVICES"] = devices[slot % len(devices)]
+        log = open(os.path.join(run_dir, "train.log"), "a")
+        print(f"[{p.name}] {' '.join(cmd)}", flush=True)
+        return run_dir, subprocess.Popen(cmd, cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT), " ".join(cmd)
+
+    def finish(q, run_dir, rc, started, command):
+        nonlocal finished
+        if rc is not None and rc < 0:  # killed by a signal: an interruption, not a result
+            raise SystemExit(f"[{q['point'].name}] was killed (signal {-rc}); run the same command to resume")
+        status = "ok" if os.path.exists(os.path.join(run_dir, "result.json")) else "failed"
+        row = point_row(q, run_dir, status, rc, revision, command)
+        row.update(flops_per_token_schwethelm=q["work"] / q["tokens"],
+                   process_s=time.time() - started if rc is not None else None)  # train.py's start-up included
+        record_dir = record.get(row["arch"], "") if isinstance(record, dict) else record
+        with open(results, "a") as f:
+            exclusive(f)  # two sweeps of one spec (different --only) share both files: no row may be lost
+            f.write(json.dumps(row) + "\n")
+            f.flush()
+            if record_dir:  # the committed copy, without the full config (git_rev and command reproduce it)
+                write_record(os.path.join(record_dir, spec["name"] + ".jsonl"), row)
+        finished += 1
+        left = len(todo) - finished
+        eta = (time.time() - t_start) / finished * left
+        print(f"[{q['point'].name}] {status}: val_loss {row.get('val_loss')} | {finished}/{len(todo)} done, "
+              f"{left} left, eta {_hms(eta)}", flush=True)
+
+    def stopped(signum, frame):  # a plain `kill` (SIGTERM) stops the runs too, as Ctrl-C does; no orphaned run
+        raise SystemExit(f"sweep stopped (signal {signum}); its runs were stopped too: run the same command to resume")
+
+    in_main_thread = threading.current_thread() is threading.main_thread()  # only it may set a signal handler
+    previous = signal.signal(signal.SIGTERM, stopped) if in_main_thread else None
+    try:
+        while queue or running:
+            for slot in range(slots):
+                if slot not in running and queue:
+                    q = queue.pop(0)
+                    run_dir, proc, command = launch(slot, q)
+                    if proc is None:
+                        finish(q, run_dir, None, time.time(), command)
+                    else:
+                        running[slot] = (q, proc, time.time(), run_dir, command)
+            for slot, (q, proc, started, run_dir, command) in list(running.items()):
+                if proc.poll() is not None:
+                    del running[slot]
+                    finish(q, run_dir, proc.returncode, started, command)
+            if running:
+                time.sleep(0.05 if slots == 1 else 1.0)
+    finally:
+        for q, proc, *_ in running.values():  # the sweep itself was stopped: stop its runs (they resume later)
+            proc.terminate()
+        for q, proc, *_ in running.values():
+            proc.wait()
+        if in_main_thread:
+            signal.signal(signal.SIGTERM, previous)
+    return planned
+
+
+SWEEP_KEYS = dict(
+    dry_run=False,  # print the plan (points, FLOPs, estimated time) and stop
+    only="",  # run only the points whose name matches this regular expression (a plain substring works)
+    retry_failed=False,  # run points whose earlier run failed again
+    limit=0,  # run at most this many points now (0 = all)
+    parallel=0,  # runs at once (0 = the spec's `parallel`, default 1)
+    out_dir="",  # the sweep directory instead of the spec's (e.g. a scratch directory for a trial)
+)
+
+
+def main_sweep(argv):
+    from configurator import configure
+    specs = [a for a in argv if not a.startswith("-")]
+    if len(specs) != 1 and not {"--help", "-h"} & set(argv):  # --help alone lists the keys
+        raise SystemExit("usage: python scaling.py sweep config/sweeps/<spec>.py [--dry_run] [--key=value]")
+    cfg, _ = configure(SWEEP_KEYS, None, [a for a in argv if a not in specs], doc_source=__file__,
+                       usage="python scaling.py sweep config/sweeps/<spec>.py [--key=value ...]")
+    spec = load_spec(specs[0])
+    out_dir = cfg.pop("out_dir")
+    if out_dir:
+        spec["out_dir"] = out_dir
+    return run_sweep(spec, **cfg)

@@ -1,0 +1,195 @@
+"""Tests of sweep.py: the planner follows the accounting, a sweep runs each point once through kills, failures and
+reruns, stops its runs when stopped, shares its files safely with another sweep, and every committed spec plans."""
+import json
+import os
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+import scaling  # noqa: E402
+import sweep  # noqa: E402
+
+
+def test_planner_tokens_follow_the_budget(monkeypatch):
+    monkeypatch.chdir(ROOT)
+    spec = sweep.load_spec("config/sweeps/isoflop_cpu.py")
+    for q in sweep.plan(spec):
+        per_step = q["train"]["batch_size"] * q["model"].block_size * q["train"]["grad_accum"]
+        exact = q["point"].flops_budget / (6 * q["params_active"])  # Lee et al.: D = C / (6 N_active)
+        assert q["tokens"] == q["steps"] * per_step and q["model"].vocab_size == 257  # the byte tokenizer
+        if exact >= per_step:  # the nearest whole number of steps
+            assert abs(q["tokens"] - exact) <= per_step / 2
+        else:  # a budget below one step still trains one
+            assert q["steps"] == 1
+
+
+FAKE_TRAIN = r'''
+import json, os, signal, sys
+args = dict(a[2:].split("=", 1) for a in sys.argv[1:] if a.startswith("--") and "=" in a)
+out = args["out_dir"]
+with open(os.environ["FAKE_LOG"], "a") as f:
+    f.write(json.dumps({"point": os.path.basename(out), "resume": "--resume" in sys.argv}) + "\n")
+os.makedirs(out, exist_ok=True)
+if os.environ.get("FAKE_KILL") == os.path.basename(out):  # killed halfway: a checkpoint but no result
+    open(os.path.join(out, "ckpt.pt"), "w").write("partial")
+    os.kill(os.getpid(), signal.SIGKILL)
+if os.environ.get("FAKE_FAIL") == os.path.basename(out):
+    sys.exit(1)
+if os.environ.get("FAKE_HANG"):  # a long run: says it started, then waits to be stopped
+    open(os.environ["FAKE_HANG"], "w").write(str(os.getpid()))
+    signal.pause()
+result = {"val_loss": 3 + 64 / float(args["n_embd"]), "tokens": 1000, "flops": float(args["flops_budget"]),
+          "wall_s": 0.01, "steps": 1, "params_unique": 1}
+json.dump(result, open(os.path.join(out, "result.json"), "w"))
+json.dump({"train": args, "model": {}}, open(os.path.join(out, "config.json"), "w"))
+'''
+
+
+def fake_sweep(tmp_path, monkeypatch, record, budgets=(1e9,), widths=(32,)):
+    """A sweep spec whose runner is FAKE_TRAIN (its calls logged to tmp_path/log.jsonl), run from the repository."""
+    monkeypatch.chdir(ROOT)
+    fake = tmp_path / "fake_train.py"
+    fake.write_text(FAKE_TRAIN)
+    monkeypatch.setenv("FAKE_LOG", str(tmp_path / "log.jsonl"))
+    return dict(name="t", out_dir=str(tmp_path / "sweep"), archs={"base": ["config/sparse_base.py"]},
+                budgets=list(budgets), widths=list(widths), runner=[sys.executable, str(fake)],
+                common=dict(n_layer=2, head_dim=16, tokenizer="byte", block_size=32, batch_size=2), record=record)
+
+
+def test_interrupted_sweep_runs_each_point_once(tmp_path, monkeypatch, capsys):
+    spec = fake_sweep(tmp_path, monkeypatch, str(tmp_path / "records" / "paper"), budgets=[1e9, 2e9], widths=[32, 64])
+    log = tmp_path / "log.jsonl"
+    names = [p.name for p in sweep.grid_points(spec)]
+    results = tmp_path / "sweep" / "results.jsonl"
+
+    def invocations():
+        return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+
+    monkeypatch.setenv("FAKE_KILL", names[2])
+    with pytest.raises(SystemExit, match="killed"):
+        sweep.run_sweep(spec)
+    assert [r["point"] for r in sweep.read_results(str(results))] == names[:2]
+    monkeypatch.delenv("FAKE_KILL")
+    sweep.run_sweep(spec)  # resumes: the killed point again (with --resume), then the rest
+    calls = invocations()
+    assert [c["point"] for c in calls] == names[:3] + names[2:]
+    assert [c["resume"] for c in calls] == [False, False, False, True, False]
+    rows = sweep.read_results(str(results))
+    assert sorted(r["point"] for r in rows) == sorted(names) and all(r["status"] == "ok" for r in rows)
+    row = rows[0]
+    assert row["arch"] == "base" and row["n_embd"] == 32 and row["flops_budget"] == 1e9 and row["git_rev"]
+    planned = next(q for q in sweep.plan(spec) if q["point"].name == row["point"])
+    counted = scaling.count_params(scaling.model_on_meta(planned["model"]))["params_unique_nonembed"]
+    assert row["params_unique_nonembed"] == counted and "config" in row and row["val_loss"] == 5.0
+
+    sweep.run_sweep(spec)  # nothing left to do
+    assert len(invocations()) == 5
+    results.write_text("".join(line + "\n" for line in results.read_text().splitlines()[:-1]))
+    sweep.run_sweep(spec)  # a finished run whose row was lost: the row comes back without a rerun
+    assert len(invocations()) == 5 and len(sweep.read_results(str(results))) == 4
+    record = tmp_path / "records" / "paper" / "t.jsonl"  # the committed copy, each point once, without its config
+    assert sorted(r["point"] for r in sweep.read_results(str(record))) == sorted(names)
+    assert all("config" not in r and r["val_loss"] == 3 + 64 / r["n_embd"] for r in sweep.read_results(str(record)))
+
+    spec["widths"] = [32, 64, 96]  # one more width; its first budget fails
+    failing = [p.name for p in sweep.grid_points(spec) if p.name not in names][0]
+    monkeypatch.setenv("FAKE_FAIL", failing)
+    sweep.run_sweep(spec)
+    rows = {r["point"]: r for r in sweep.read_results(str(results))}
+    assert rows[failing]["status"] == "failed" and rows[failing]["val_loss"] is None and len(rows) == 6
+    sweep.run_sweep(spec)  # a failed point is not retried by default
+    assert len(invocations()) == 7
+    monkeypatch.delenv("FAKE_FAIL")
+    assert [r["status"] for r in sweep.read_results(str(record)) if r["point"] == failing] == ["failed"]
+    sweep.run_sweep(spec, retry_failed=True, only=r"_d96$")  # --only is a regular expression on the names
+    assert len(invocations()) == 8
+    assert [r["status"] for r in sweep.read_results(str(record)) if r["point"] == failing] == ["ok"]  # replaced
+    capsys.readouterr()
+    sweep.run_sweep(spec, retry_failed=True, only=r"_C1e09_d(32|64)$")  # all done: nothing runs
+    assert len(invocations()) == 8
+    assert "sweep t: 2 points (2 done)" in capsys.readouterr().out  # the selection's count, not results.jsonl's 6
+    with pytest.raises(SystemExit, match="no point of sweep t matches"):
+        sweep.run_sweep(spec, only="_d48")
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+def test_a_terminated_sweep_stops_its_runs(tmp_path, monkeypatch):
+    """`kill <sweep>` (SIGTERM) once left its training runs going with no sweep to record them, and a rerun beside
+    them would train the same point twice: now the runs stop with the sweep, which says how to resume."""
+    import signal
+    import subprocess
+    import time
+    spec = fake_sweep(tmp_path, monkeypatch, "")
+    hang = tmp_path / "run.pid"
+    monkeypatch.setenv("FAKE_HANG", str(hang))
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    code = f"import json, sweep; sweep.run_sweep(json.load(open({str(tmp_path / 'spec.json')!r})))"
+    sweeper = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    while not hang.exists() or not hang.read_text():
+        assert sweeper.poll() is None and time.time() < deadline, "the run never started"
+        time.sleep(0.05)
+    run = int(hang.read_text())
+    sweeper.send_signal(signal.SIGTERM)
+    try:
+        assert sweeper.wait(timeout=30) != 0 and "run the same command to resume" in sweeper.stderr.read()
+        with pytest.raises(ProcessLookupError):  # the run is gone (and reaped: the sweep waited for it)
+            os.kill(run, 0)
+    finally:  # a failing check leaves no orphan behind
+        if sweeper.poll() is None:
+            sweeper.kill()
+        try:
+            os.kill(run, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="no flock on Windows")
+def test_a_finished_point_waits_for_another_sweeps_write(tmp_path, monkeypatch):
+    """Two sweeps of one spec (different --only) write the same results.jsonl and record: a finished point's two
+    writes wait while another process holds them, so neither file can lose the other's row."""
+    import threading
+    import time
+    spec = fake_sweep(tmp_path, monkeypatch, str(tmp_path / "records"))
+    results, record = tmp_path / "sweep" / "results.jsonl", tmp_path / "records" / "t.jsonl"
+    results.parent.mkdir()
+    with open(results, "a") as held:  # the other sweep, in the middle of its write
+        sweep.exclusive(held)
+        sweeper = threading.Thread(target=sweep.run_sweep, args=(spec,))
+        sweeper.start()
+        for _ in range(300):  # until the point's run has finished: only its rows are left to write
+            if (tmp_path / "sweep" / sweep.grid_points(spec)[0].name / "result.json").exists():
+                break
+            time.sleep(0.1)
+        sweeper.join(timeout=1)
+        assert sweeper.is_alive() and not record.exists() and results.read_text() == ""
+    sweeper.join(timeout=30)
+    assert not sweeper.is_alive() and len(sweep.read_results(str(record))) == 1
+    assert len(sweep.read_results(str(results))) == 1
+
+
+def test_every_sweep_spec_plans(monkeypatch, capsys):
+    """Each spec under config/sweeps/ parses as train.py would parse its points (bad keys stop here)."""
+    monkeypatch.chdir(ROOT)
+    specs = sorted(f for f in os.listdir("config/sweeps") if f.endswith(".py"))
+    assert len(specs) >= 10
+    for name in specs:
+        spec = sweep.load_spec(os.path.join("config/sweeps", name))
+        points = sweep.grid_points(spec)
+        assert points, name
+        sweep.point_settings(spec, points[0])
+        sweep.point_settings(spec, points[-1])
+
+
+def test_sweep_help_needs_no_spec_and_describes_the_keys(capsys):
+    """The sweep command runs from scaling.py: --help, with or without a spec, names it and reads sweep.py's keys."""
+    for argv in (["sweep", "--help"], ["sweep", "config/sweeps/isoflop_cpu.py", "--help"]):
+        with pytest.raises(SystemExit) as exit_:
+            scaling.main(argv)
+        out = capsys.readouterr().out
+        assert exit_.value.code == 0 and out.startswith("usage: python scaling.py sweep config/sweeps/<spec>.py")
+        assert "--retry_failed" in out and "run points whose earlier run failed again" in out
+    with pytest.raises(SystemExit, match="usage: python scaling.py sweep"):
+        scaling.main(["sweep"])
