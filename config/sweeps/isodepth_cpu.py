@@ -30,7 +30,7 @@ figures = {"isoflop": ["--law=isoflop", "--bootstrap=0", '--archs=("r1","r2","r4
            "joint": ["--law=joint", '--archs=("r1","r2","r4")', "--workers=1"],
            "delta_phi": PROBES + [SHARED_R1, '--hold=("a","alpha","b","beta","e")'],
            "delta_phi_own_r1": PROBES + [OWN_R1, '--hold=("alpha","beta")']}
-WIDTHS = {3e11: (16, 24, 32, 48), 1e12: (16, 24, 32, 48, 64), 3e12: (16, 24, 32, 48, 64), 1e13: (24, 32, 48, 64)}
+WIDTHS = {3e11: (16, 24, 32, 48), 1e12: (16, 24, 32, 48, 64), 3e12: (16, 24, 32, 48, 64), 1e13: (24, 32, 48, 64, 96)}
 common = dict(data_source="offline", tokenizer="byte", head_dim=32, n_prelude=1, n_coda=1, eval_interval=100000,
               eval_tokens=65536, sample_tokens=0)
 env = dict(OMP_NUM_THREADS="1")  # tiny models: a second thread only spins (use --parallel=2 on a quiet machine)
