@@ -222,7 +222,7 @@ def test_power_of_delta_phi_simulates_each_design_against_the_real_reference(tmp
     out = fits.main_power(["config/sweeps/isodepth_probes_cpu.py", f"--calibrate={path}", "--trials=2",
                               "--designs=('rscale_r','moe_r')", "--hold=('alpha','beta')", "--bootstrap=4",
                               "--restarts=8", r"--only=^(rscale|moe)_r\d_C(3e11|1e12)_d(16|24|32)"])
-    assert out["reference_runs"] == 108 and abs(out["noise"] - 0.015) < 0.005  # 27 cells of 4 seeds measure the noise
+    assert out["reference_runs"] == 135 and abs(out["noise"] - 0.015) < 0.005  # 27 cells of 5 seeds measure the noise
     assert out["designs"]["rscale_r"]["runs"] == 2 * 2 * 3 * 3  # r = 2, 4; two budgets; three widths; three seeds
     assert out["designs"]["moe_r"]["runs"] == 3 * 2 * 3 * 2  # its own r = 1 too; two seeds
     for design in out["designs"].values():

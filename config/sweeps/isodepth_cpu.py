@@ -5,20 +5,19 @@
 # optimum is d=24 (r=1) to 24-32 (r=4), about 40 tokens per parameter, so each budget spans d from about half to
 # twice its d* ~ 24 (C/1e12)^(1/4). Budgets 3e11-1e13 (30x; the paper's span is 50x): about 1.3 core-hours per seed
 # up to 3e12 and 2.5 more for 1e13 (the dry run at the pilot's speed; the smallest runs take longer than it says).
-# At 1e13, r=2 and r=4 were still falling at d=64 (seed 1337), so that budget reaches d=96; r=1's d=96 is left
-# out of the verdict's runs (its minimum lies inside, at d=48; --only below skips it).
+# At 1e13, r=2 and r=4 were still falling at d=64 (seed 1337), so that budget reaches d=96 (r=1 too: one grid).
 # (The first design, 2e11-2e12 at d=64-192, gave every run under one token per parameter.) The probes and the
 # injection ablation (isodepth_probes_cpu.py, injection_ablation_cpu.py) add to the same results.jsonl.
 # Two training seeds, 1337 (train.py's default: names without a suffix) and 7 (names ending _s7): the power simulation
 # (`python scaling.py power`, records/schwethelm2026.md) gives one seed a 95% interval on phi 0.40 wide, two 0.26.
-# A third and a fourth seed, 42 (_s42) and 3 (_s3), at the two lower budgets only: the plain loop that the probes'
-# delta phi is measured against (isodepth_probes_cpu.py says which designs ran them).
+# A third, fourth and fifth seed, 42 (_s42), 3 (_s3) and 5 (_s5), at the two lower budgets only: the plain loop that
+# the probes' delta phi is measured against (isodepth_probes_cpu.py says which designs ran them).
 # Parts, per seed (seed 7: add _s7$ to the pattern; seed 1337: add \d$):
 #     python scaling.py sweep config/sweeps/isodepth_cpu.py --only='_C(3e11|1e12)_'   # part 1, about 25 core-minutes
 #     python scaling.py sweep config/sweeps/isodepth_cpu.py --only='_C3e12_'          # part 2, about an hour
 #     python scaling.py sweep config/sweeps/isodepth_cpu.py --only='^r[12]_C1e13_d(24|32|48|64)'  # part 3, ~1.7 hours
 #     python scaling.py sweep config/sweeps/isodepth_cpu.py --only='^r4_C1e13_d(24|32|48|64)'     # part 4, ~50 minutes
-#     python scaling.py sweep config/sweeps/isodepth_cpu.py --only='^r[24]_C1e13_d96'             # part 5, ~25 minutes
+#     python scaling.py sweep config/sweeps/isodepth_cpu.py --only='^r[124]_C1e13_d96'            # part 5, ~20 minutes
 #     python scaling.py fit out/sweeps/isodepth_cpu/results.jsonl --law=chinchilla --archs='("r1","r2","r4")'
 #     python scaling.py fit out/sweeps/isodepth_cpu/results.jsonl --law=joint --archs='("r1","r2","r4")'
 import itertools
@@ -44,8 +43,8 @@ def lr_for(tokens, model, train):
     return 0.014 * (tokens / 614400) ** -0.32  # HyperP data correction (Schwethelm et al. §4.2)
 
 
-# None: train.py's default seed 1337; 42 and 3, delta phi's third and fourth seeds, at 3e11-1e12 only
-SEEDS = (None, 7, 42, 3)
+# None: train.py's default seed 1337; 42, 3 and 5, delta phi's third to fifth seeds, at 3e11-1e12 only
+SEEDS = (None, 7, 42, 3, 5)
 
 
 def grid(loops=(1, 2, 4), budgets=tuple(WIDTHS), prefix="r", extra=None, seeds=SEEDS):

@@ -18,7 +18,8 @@
 # '^(tdt_r[24]|rscale_r[24]|iteradaln_r[124])_C(3e11|1e12)_d\d+_s42$' with the grid's plain loop at seed 42; the
 # fourth, 3, for the two whose pooled interval still reached 0 at three seeds: --only='_s3$' with the grid's plain
 # loop at seed 3, isodepth_cpu.py --only='_C(3e11|1e12)_d\d+_s3$'; seed 42 for Schwethelm et al.'s own two probes
-# later, --only='^(trunc|hc)_r[24]_.*_s42$'):
+# later, --only='^(trunc|hc)_r[24]_.*_s42$'; a fifth, 5, for t/Δt, still at the edge at four: --only='^tdt_r[24]_.*_s5$'
+# with isodepth_cpu.py --only='_C(3e11|1e12)_d\d+_s5$'):
 #     python scaling.py sweep config/sweeps/isodepth_probes_cpu.py --only='^(moe|iteradaln)_'
 #     python scaling.py sweep config/sweeps/isodepth_probes_cpu.py --only='^(tdt|rscale)_'
 #     python scaling.py sweep config/sweeps/isodepth_probes_cpu.py --only='^(hc|trunc)_'
@@ -47,9 +48,9 @@ DESIGNS = {
 
 
 # seeds beyond the first two: a third where the effect (ours, or the paper's for hyper-connections) lay within twice
-# its interval at two seeds, a fourth where the pooled interval still reached 0 at three (issue: 3 seeds where the
-# effect is within 2x the spread)
-EXTRA_SEEDS = {"iteradaln_r": 2, "tdt_r": 2, "rscale_r": 1, "trunc_r": 1, "hc_r": 1}
+# its interval at two seeds, a fourth where the pooled interval still reached 0 at three, a fifth where it did at four
+# (issue: 3 seeds where the effect is within 2x the spread)
+EXTRA_SEEDS = {"iteradaln_r": 2, "tdt_r": 3, "rscale_r": 1, "trunc_r": 1, "hc_r": 1}
 
 
 def points():
