@@ -235,8 +235,8 @@ def cli_arg(key, value):
 
 
 def train_defaults():
-    """train.py's own keys and defaults, read from its source: the planner parses a point exactly as train.py will
-    (and stops on a bad key before any run starts) without importing it. Read, not imported: train.py imports this
+    """train.py's own keys and defaults, read from its source: `count` accepts them, and sweep.py's planner parses a
+    point exactly as train.py will (and stops on a bad key before any run starts) without importing it. Read, not imported: train.py imports this
     file, so an import back would point down DESIGN.md's table and close a cycle; the defaults stay where a nanoGPT
     reader looks for them, at the top of train.py, whose --help reads their comments from the same source."""
     import ast
