@@ -53,13 +53,7 @@ DESIGNS = {
 EXTRA_SEEDS = {"iteradaln_r": 2, "tdt_r": 3, "rscale_r": 1, "trunc_r": 1, "hc_r": 1}
 
 
-# the MoE's own law (its r=1 is the MoE model) is not pinned at two budgets (95% interval on delta phi 1.0 wide at
-# two seeds): it runs the grid's third budget too, at the grid's two seeds, --only='^moe_r\d_C3e12_'
-MORE_BUDGETS = {"moe_r": (3e12,)}
-
-
 def points():
     low, seeds = (3e11, 1e12), _grid["SEEDS"]
     return [p for prefix, (extra, loops) in DESIGNS.items()
-            for p in _grid["grid"](loops, low, prefix, extra, seeds[:2 + EXTRA_SEEDS.get(prefix, 0)])
-            + _grid["grid"](loops, MORE_BUDGETS.get(prefix, ()), prefix, extra, seeds[:2])]
+            for p in _grid["grid"](loops, low, prefix, extra, seeds[:2 + EXTRA_SEEDS.get(prefix, 0)])]
