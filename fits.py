@@ -1097,7 +1097,7 @@ POWER_KEYS = dict(
     calibrate="",  # a pilot's results.jsonl: the law's scale (A, B, E) is fitted to it, the seed noise measured on it
     alpha=0.199, beta=0.369, phi=0.459,  # the assumed exponents (default: Schwethelm et al. Table 2's free fit)
     noise=0.0,  # seed noise of one run (nats); 0 = the pilot's, from its points that ran with several seeds
-    seeds=1,  # training seeds per grid point
+    seeds=1,  # training seeds per grid point (phi only; with --designs the spec's points set the seeds)
     trials=20,  # synthetic grids
     restarts=100,  # random starts per fit (the calibration and each synthetic grid)
     bootstrap=100,  # bootstrap resamples per synthetic grid (0: only the spread over grids)
@@ -1152,6 +1152,9 @@ def main_power(argv):
 def power_delta_phi(rows, spec_path, cfg):
     """`power --designs=...`: simulate_delta_phi on the probes a spec plans, against the reference's runs in rows at
     the probes' budgets."""
+    if cfg["seeds"] != 1:  # the probes' seeds are the spec's own points (names ending _s7, ...), not copies
+        raise SystemExit("--seeds sets the seeds of a grid's phi power; with --designs the spec's points are the seeds: "
+                         "select them with --only (e.g. --only='_d\\d+(_s7)?$' for seeds 1337 and 7)")
     planned = plan(load_spec(spec_path), cfg["only"])
     budgets = {q["point"].flops_budget for q in planned}
     reference = [r for r in design_rows(rows, cfg["reference"], cfg["reference"])

@@ -227,6 +227,9 @@ def test_power_of_delta_phi_simulates_each_design_against_the_real_reference(tmp
     assert out["designs"]["moe_r"]["runs"] == 3 * 2 * 3 * 2  # its own r = 1 too; two seeds
     for design in out["designs"].values():
         assert len(design["delta_phi"]) == 2 and design["median_ci_width"] > 0
+    with pytest.raises(SystemExit, match="with --designs the spec's points are the seeds"):  # once silently ignored
+        fits.main_power(["config/sweeps/isodepth_probes_cpu.py", f"--calibrate={path}", "--designs=('rscale_r',)",
+                         "--seeds=2"])
 
 
 def test_joint_bootstrap_matches_brute_force_refits_for_less_than_one_fit(monkeypatch):
