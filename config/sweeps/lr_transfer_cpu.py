@@ -21,7 +21,13 @@ env = dict(OMP_NUM_THREADS="1")  # tiny models: a second thread only spins (use 
 flops_per_second = 4e10  # one core at d=64: 4.1e10 achieved over the 89 runs of records/wang2026 (start-up included)
 
 
+# factorized's N=4 optimum was left undetermined by two disagreeing seeds: a third seed for that rule
+# (--only='^factorized_.*_s42$'; issue: 3 seeds where the effect is within 2x the spread)
+EXTRA_SEEDS = {"factorized": (42,)}
+
+
 def points(lrs=LRS, seeds=SEEDS):
     return [dict(name=f"{rule}_L{L}_N{N}_lr{lr:.3g}_s{seed}", arch=rule, configs=["config/residual_cpu.py"],
                  overrides=dict(residual_scaling=rule, n_layer=L, n_loop=N, lr=lr, seed=seed), fields=dict(rule=rule))
-            for seed in seeds for rule, L in RULES.items() for N in LOOPS for lr in lrs]
+            for rule, L in RULES.items() for seed in seeds + EXTRA_SEEDS.get(rule, ())
+            for N in LOOPS for lr in lrs]
