@@ -39,7 +39,7 @@ import moe  # noqa: E402
 from configurator import configure, run  # noqa: E402
 from loop import LoopedGPT, build_model, load_model, pick_device, residual_multiplier  # noqa: E402
 from model import GPTConfig  # noqa: E402
-from optim import train_step  # noqa: E402
+from optim import make_optimizer, train_step  # noqa: E402
 from scaling import capacity_report  # noqa: E402
 
 LN2 = math.log(2.0)
@@ -581,12 +581,13 @@ def nonshared_model(model_cfg, n_loop, scaling):
     return LoopedGPT(cfg, res_scale=residual_multiplier(looped_config(model_cfg, n_loop, scaling)))
 
 
-def adamw(model, lr, weight_decay):
-    """AdamW over the model's own parameter groups (their muP / residual-scaling LR and eps multipliers), betas
-    (0.9, 0.95), eps 1e-8 (Wang et al. 2026, Table 4)."""
-    groups = [dict(params=g["params"], lr=lr * g["lr_scale"], eps=1e-8 * g["eps_scale"],
-                   weight_decay=weight_decay if g["decay"] else 0.0) for g in model.param_groups()]
-    return torch.optim.AdamW(groups, betas=(0.9, 0.95))
+def adamw(model, cfg):
+    """train.py's AdamW (optim.make_optimizer: the model's own parameter groups with their muP / residual-scaling LR
+    and eps multipliers) with Wang et al. 2026's settings (arXiv:2606.18524, Table 4): betas (0.9, 0.95), eps 1e-8,
+    decoupled weight decay on the matrices."""
+    keys = dict(optimizer="adamw", lr=cfg["lr"], beta1=0.9, beta2=0.95, adam_eps=1e-8,
+                weight_decay=cfg["weight_decay"], wd_independent=False)
+    return make_optimizer(model, keys, torch.device(cfg["device"]).type)
 
 
 def residual_run(model, cfg, seed, every=None):
@@ -597,7 +598,7 @@ def residual_run(model, cfg, seed, every=None):
     T, V = min(cfg["seq_len"], model.config.block_size), model.config.vocab_size
     seq = torch.randint(V, (cfg["batch_size"], T + 1), generator=g).to(cfg["device"])
     idx, targets = seq[:, :-1], seq[:, 1:]
-    opt = adamw(model, cfg["lr"], cfg["weight_decay"])
+    opt = adamw(model, cfg)
     y = loop_steps(model, idx, every=every)[-1]
     norms, updates, losses = [residual_norm(y)], [], []
     for _ in range(cfg["steps"]):
@@ -784,7 +785,7 @@ def coord_data(model, cfg, seed):
     g = torch.Generator().manual_seed(20_000 + seed)
     T = min(cfg["seq_len"], model.config.block_size)
     seq = torch.randint(model.config.vocab_size, (cfg["batch_size"], T + 1), generator=g).to(cfg["device"])
-    opt = adamw(model, cfg["lr"], cfg["weight_decay"])
+    opt = adamw(model, cfg)
     trace = defaultdict(list)
     try:
         for _ in range(cfg["steps"]):

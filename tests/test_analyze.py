@@ -220,6 +220,24 @@ def test_residual_subcommand(tmp_path):
     assert len(r["increment_cosine"]["looped"]) == 2
 
 
+def test_residual_protocol_optimizer_has_wang_settings():
+    """Wang et al. 2026 (arXiv:2606.18524, Table 4): AdamW, betas (0.9, 0.95), eps 1e-8, decay on matrices only; each
+    group keeps the model's own LR and eps multipliers (1/R residual scaling scales the looped blocks' LR)."""
+    from loop import build_model
+    cfg = GPTConfig(n_layer=1, n_loop=4, n_embd=32, head_dim=16, vocab_size=64, block_size=16,
+                    residual_scaling="linear")
+    model = build_model(cfg).init_weights(0)
+    opt = analyze.adamw(model, dict(lr=2e-3, weight_decay=0.1, device="cpu"))
+    assert isinstance(opt, torch.optim.AdamW)
+    groups = model.param_groups()
+    assert len(opt.param_groups) == len(groups) and any(g["lr_scale"] != 1 for g in groups)
+    for ours, theirs in zip(opt.param_groups, groups):
+        assert ours["betas"] == (0.9, 0.95)
+        assert ours["lr"] == pytest.approx(2e-3 * theirs["lr_scale"])
+        assert ours["eps"] == pytest.approx(1e-8 * theirs["eps_scale"])
+        assert ours["weight_decay"] == (0.1 if theirs["decay"] else 0.0)
+
+
 def test_conditioning_subcommand(tmp_path):
     ckpt = tiny_checkpoint(tmp_path / "c", n_loop=2, loop_cond="iteradaln")
     rows = next(iter(run("iteradaln", tmp_path, f"--ckpt={ckpt}").values()))
