@@ -28,6 +28,8 @@ flops_per_second = 4e10
 # Fourth round: Table 1 itself at 3,200 steps, where the premise holds: LoopFormer and the plain loop trained at each
 # budget M = 1..4, seeds 7 and 1337 (about two core-hours for the seven runs the third round had not made);
 # early_exit.py --mode=elastic scores each checkpoint at each budget (records/jeddi2026.md).
+# Seed 42 of the fourth round (the full-depth gap to the twin, 2-4%, lay within twice the seed spread of a cell):
+#     python scaling.py sweep config/sweeps/loopformer_pilot_cpu.py --parallel=2 --only='_3200_s42$'
 PAPER_LR = dict(cond_lr_scale=1.0)  # the first round ran before the preset's cond_lr_scale=0.1
 PLAIN = dict(loop_cond="none", elastic="none")
 
@@ -43,4 +45,4 @@ def points():
             **{f"plain_loop_M{m}_3200": dict(PLAIN, n_loop=m, max_iters=3200, eval_interval=800) for m in (1, 2, 3)},
             "loopformer_3200": dict(max_iters=3200, eval_interval=800)}
     return [dict(name=f"{arm}_s{seed}", arch=arm, configs=["config/loopformer_cpu.py"], overrides=dict(over, seed=seed))
-            for arm, over in arms.items() for seed in ((7, 1337) if arm.endswith("_3200") else (7,))]
+            for arm, over in arms.items() for seed in ((7, 1337, 42) if arm.endswith("_3200") else (7,))]
