@@ -15,7 +15,7 @@ A sweep spec (config/sweeps/*.py) is a plain Python file that sets:
   widths          [n_embd ...] or {budget: [n_embd ...]};  lrs, seeds: lists;  variants: {name: overrides}
   common          keys given to every run (train.py's or GPTConfig's)
   runner          the command before the config files (default: python train.py; e.g. torchrun ... train.py)
-  parallel, devices   runs at once, and the CUDA_VISIBLE_DEVICES of each slot
+  parallel, devices   runs at once (the longest first), and the CUDA_VISIBLE_DEVICES of each slot
   env             environment variables of the runs (CPU specs: OMP_NUM_THREADS=1, one core per run)
   flops_per_second    first guess of the throughput for the time estimate (later: measured on finished runs)
   lr_for(tokens, model_config, train_config)   optional: the LR of a run from its planned tokens (HyperP)
@@ -244,7 +244,8 @@ def run_sweep(spec, dry_run=False, only="", retry_failed=False, limit=0, paralle
     slots = max(1, parallel or spec.get("parallel", 1))
     devices = spec.get("devices")  # e.g. ["0", "1", ...]: CUDA_VISIBLE_DEVICES of each parallel slot
     running = {}  # slot -> (planned, process, started, run_dir, command)
-    queue = list(todo)
+    # Several at once: the longest runs first, so the slots finish together instead of one long run at the end
+    queue = sorted(todo, key=lambda q: -q["work"]) if slots > 1 else list(todo)
     t_start, finished = time.time(), 0
 
     def launch(slot, q):

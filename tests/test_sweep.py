@@ -114,6 +114,25 @@ def test_interrupted_sweep_runs_each_point_once(tmp_path, monkeypatch, capsys):
         sweep.run_sweep(spec, only="_d48")
 
 
+def test_a_parallel_sweep_starts_the_longest_runs_first(tmp_path, monkeypatch, capsys):
+    """With two slots, a long run started last keeps one core busy alone at the end; longest first, they finish
+    together. One slot keeps the spec's order."""
+    spec = fake_sweep(tmp_path, monkeypatch, "", budgets=[1e9, 4e9], widths=[32, 64])
+
+    def launched():
+        return [line[1:line.index("]")] for line in capsys.readouterr().out.splitlines()
+                if line.startswith("[") and sys.executable in line]
+
+    names = [p.name for p in sweep.grid_points(spec)]
+    sweep.run_sweep(spec, only="_d32$", parallel=1)
+    assert launched() == [n for n in names if n.endswith("_d32")]  # spec order: the small budget first
+    sweep.run_sweep(spec, parallel=2)
+    work = {q["point"].name: q["work"] for q in sweep.plan(spec)}
+    order = launched()
+    assert sorted(order) == sorted(n for n in names if n.endswith("_d64"))
+    assert [work[n] for n in order] == sorted((work[n] for n in order), reverse=True) and "C4e09" in order[0]
+
+
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
 def test_a_terminated_sweep_stops_its_runs(tmp_path, monkeypatch):
     """`kill <sweep>` (SIGTERM) once left its training runs going with no sweep to record them, and a rerun beside
