@@ -4,8 +4,8 @@
 # 1e18-FLOP models). About 40 minutes on 2 cores (two runs at once, one thread each; 74 on a busy machine). Then:
 #     python scaling.py sweep config/sweeps/early_exit_cpu.py --parallel=2 --only='_d128$'   # seed 1337 (_s7$, _s42$)
 #     python early_exit.py --ckpt=out/sweeps/early_exit_cpu/base16_d128,... --names=Base,... --out=out/early_exit/cpu16
-# Finding 3 (more loops lose less) at equal perplexity: --only='^looped_moe(8x2|8x2_it\d+|4x4|2x8)_d128$' (seed 1337; _s7$, _s42$),
-# then one early_exit.py over the six Looped-MoE checkpoints (records/lee2026.md, part 3).
+# Finding 3 (more loops lose less) at equal perplexity: --only='^looped_moe(8x2|8x2_it\d+|4x4|2x8)_d128$'
+# (seed 1337; _s7$, _s42$), then one early_exit.py over the six Looped-MoE checkpoints (records/lee2026.md, part 3).
 name = "early_exit_cpu"
 archs = {
     "base16": dict(configs=["config/sparse_base.py"], overrides=dict(n_layer=16)),
