@@ -821,6 +821,92 @@ def compare_arms(rows, arm="arch", metric="val_loss", reference=None, order=()):
     return dict(reference=ref, metric=metric, arms=arms)
 
 
+# ---- the records' statistical standard (records/README.md): tests over training seeds ----
+# The observations are per-seed numbers (a difference of two arms at one seed, a shift of one seed's optimum); runs,
+# tokens and bootstrap resamples within a seed are not replicates. The commands print these tests for numbers that
+# a committed fit command printed: python fits.py ttest 0.006 0.043 0.042 | tost --margin=3 ... | holm 0.02 0.03
+
+def paired_t_test(a, b=None):
+    """Two-sided paired t-test over seeds (Student 1908, Biometrika 6:1): d = a - b seed by seed (or a itself, the
+    differences already taken), t = mean(d) / (sd(d) / sqrt(n)) on n - 1 degrees of freedom, tested against 0."""
+    import scipy.stats
+    d = np.asarray(a, dtype=float) - (0.0 if b is None else np.asarray(b, dtype=float))
+    n = len(d)
+    if n < 2:
+        raise ValueError("a t-test needs two seeds or more (one seed: inconclusive, records/README.md)")
+    mean, se = float(d.mean()), float(d.std(ddof=1) / math.sqrt(n))
+    t = mean / se
+    return dict(n=n, mean=mean, se=se, t=t, df=n - 1, p=float(2 * scipy.stats.t.sf(abs(t), n - 1)))
+
+
+def tost(d, margin, alpha=0.05):
+    """Equivalence of the mean per-seed difference d to 0 within +-margin: two one-sided t-tests (Schuirmann 1987,
+    J. Pharmacokinet. Biopharm. 15:657), each at alpha. Their p is the larger of the two one-sided p-values, and
+    it is below alpha exactly when the (1 - 2 alpha) t-interval (90% at alpha = 0.05) lies inside the margin.
+    verdict: "equivalent" (inside), "different" (the interval wholly outside the margin), else "inconclusive"."""
+    import scipy.stats
+    d = np.asarray(d, dtype=float)
+    n = len(d)
+    if n < 2:
+        raise ValueError("an equivalence test needs two seeds or more")
+    mean, se, df = float(d.mean()), float(d.std(ddof=1) / math.sqrt(n)), n - 1
+    q = float(scipy.stats.t.ppf(1 - alpha, df))
+    lo, hi = mean - q * se, mean + q * se
+    p_below = float(scipy.stats.t.sf((mean + margin) / se, df))  # H0: the true mean is at or below -margin
+    p_above = float(scipy.stats.t.cdf((mean - margin) / se, df))  # H0: the true mean is at or above +margin
+    verdict = ("equivalent" if -margin < lo and hi < margin else
+               "different" if lo > margin or hi < -margin else "inconclusive")
+    return dict(n=n, mean=mean, se=se, df=df, margin=margin, interval=(lo, hi), level=1 - 2 * alpha,
+                p=max(p_below, p_above), verdict=verdict)
+
+
+def holm(pvalues):
+    """Holm's step-down adjusted p-values (Holm 1979, Scand. J. Statist. 6:65), in the order given: the k-th
+    smallest of m is multiplied by m - k + 1, and an adjusted p never falls below a smaller p's (the procedure stops
+    at the first comparison that fails). A comparison passes at 5% when its adjusted p < 0.05."""
+    p = np.asarray(pvalues, dtype=float)
+    m = len(p)
+    adjusted, running = np.empty(m), 0.0
+    for k, i in enumerate(np.argsort(p, kind="stable")):
+        running = max(running, min(1.0, (m - k) * p[i]))
+        adjusted[i] = running
+    return adjusted.tolist()
+
+
+def sequential_alpha(looks, alpha=0.05):
+    """The threshold of one comparison that was looked at `looks` times (seeds added after each look): Bonferroni
+    over the looks, alpha / looks. It holds for looks at any number of seeds, planned or not; Pocock's and
+    O'Brien-Fleming's group-sequential boundaries are tighter but assume looks planned in number and spacing
+    before the first (records/README.md, rule 5). Inside a Holm family the comparison enters with p * looks."""
+    if looks < 1:
+        raise ValueError("a result is looked at least once")
+    return alpha / looks
+
+
+def main_test(argv):
+    """python fits.py ttest D1 D2 ... | tost --margin=M D1 D2 ... | holm P1 P2 ...: the standard's tests for the
+    per-seed differences (or the p-values of one family) given; --looks=K for a sequential design's threshold."""
+    if not argv or argv[0] not in ("ttest", "tost", "holm"):
+        raise SystemExit("usage: python fits.py ttest|tost|holm VALUE ... [--margin=M] [--looks=K]")
+    opts = dict(a[2:].split("=", 1) for a in argv[1:] if a.startswith("--"))
+    values = [float(a) for a in argv[1:] if not a.startswith("--")]
+    if argv[0] == "ttest":
+        out = paired_t_test(values)
+    elif argv[0] == "tost":
+        if "margin" not in opts:
+            raise SystemExit("tost needs the margin fixed before the runs: --margin=M")
+        out = tost(values, float(opts["margin"]))
+    else:
+        out = dict(p=values, holm_adjusted=holm(values))
+    if "looks" in opts:
+        looks = int(opts["looks"])
+        out.update(looks=looks, threshold=sequential_alpha(looks))
+        if "p" in out and not isinstance(out["p"], list):
+            out["p_times_looks"] = min(1.0, out["p"] * looks)
+    print(json.dumps(out, default=float))
+    return out
+
+
 # ---- figures: PNG next to a JSON of the numbers they show ----
 
 def _figure(panels, width=5.0, height=4.0):
@@ -1206,3 +1292,7 @@ def _summary(obj):
     if isinstance(obj, list) and len(obj) > 12 and all(isinstance(v, (int, float)) for v in obj):
         return f"[{len(obj)} numbers]"
     return [_summary(v) for v in obj] if isinstance(obj, list) else obj
+
+
+if __name__ == "__main__":  # the tests of the records' standard; every other command runs through scaling.py
+    main_test(sys.argv[1:])

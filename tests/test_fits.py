@@ -496,3 +496,76 @@ def test_fit_help_names_the_command_and_describes_fits_keys(capsys):
     out = capsys.readouterr().out
     assert exit_.value.code == 0 and out.startswith("usage: python scaling.py fit results.jsonl")
     assert "--hold" in out and "parameters of the law held at the reference's fit" in out
+
+
+# -----------------------------------------------------------------------------------------------------------------
+# the records' statistical standard (records/README.md): each test against scipy and an answer worked by hand
+
+
+def test_paired_t_test_known_answers_and_scipy():
+    # d = (1, 2, 3): mean 2, sd 1, t = 2 / (1 / sqrt 3) = 2 sqrt 3; on 2 df the t tail has the closed form
+    # P(|T| > t) = 1 - t / sqrt(t^2 + 2)
+    res = fits.paired_t_test([1.0, 2.0, 3.0])
+    assert res["t"] == pytest.approx(2 * math.sqrt(3)) and res["df"] == 2
+    assert res["p"] == pytest.approx(1 - 2 * math.sqrt(3) / math.sqrt(14), rel=1e-9)
+    # two seeds (1 df, the Cauchy): d = (1, 3), t = 2, p = 1 - 2 atan(2) / pi
+    assert fits.paired_t_test([4.0, 5.0], [3.0, 2.0])["p"] == pytest.approx(1 - 2 * math.atan(2) / math.pi)
+    import scipy.stats
+    rng = np.random.default_rng(0)
+    a, b = rng.normal(0, 1, 5), rng.normal(0.3, 1, 5)
+    ours, theirs = fits.paired_t_test(a, b), scipy.stats.ttest_rel(a, b)
+    assert ours["t"] == pytest.approx(theirs.statistic) and ours["p"] == pytest.approx(theirs.pvalue)
+    with pytest.raises(ValueError):
+        fits.paired_t_test([0.1])  # one seed has no test
+
+
+def test_tost_known_answers_and_scipy():
+    # d = (1, 2, 3): the 90% interval is 2 +- q / sqrt 3 with q = t_0.95 on 2 df = 0.9 / sqrt(2 * 0.95 * 0.05)
+    q = 0.9 / math.sqrt(2 * 0.95 * 0.05)
+    res = fits.tost([1.0, 2.0, 3.0], margin=4.0)
+    assert res["interval"] == pytest.approx((2 - q / math.sqrt(3), 2 + q / math.sqrt(3)))
+    assert res["verdict"] == "equivalent"
+    # its p is the upper one-sided test's: P(T < (2 - 4) sqrt 3) on 2 df = (1 - 2 sqrt 3 / sqrt 14) / 2
+    assert res["p"] == pytest.approx((1 - 2 * math.sqrt(3) / math.sqrt(14)) / 2, rel=1e-9)
+    assert fits.tost([1.0, 2.0, 3.0], margin=3.0)["verdict"] == "inconclusive"  # the interval reaches 3.69
+    assert fits.tost([1.0, 2.0, 3.0], margin=0.2)["verdict"] == "different"  # wholly above +0.2
+    import scipy.stats
+    d = np.random.default_rng(1).normal(0.2, 1.0, 6)
+    lower = scipy.stats.ttest_1samp(d, -1.0, alternative="greater").pvalue
+    upper = scipy.stats.ttest_1samp(d, 1.0, alternative="less").pvalue
+    res = fits.tost(d, margin=1.0)
+    assert res["p"] == pytest.approx(max(lower, upper))
+    assert (res["p"] < 0.05) == (res["verdict"] == "equivalent")  # TOST at 5% is the 90% interval inside
+
+
+def test_holm_known_answers():
+    # sorted 0.005, 0.01, 0.03, 0.04 times 4, 3, 2, 1 = 0.02, 0.03, 0.06, 0.04 -> kept monotone: 0.04 becomes 0.06
+    assert fits.holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert fits.holm([0.5, 0.6]) == pytest.approx([1.0, 1.0])  # capped at 1
+    assert fits.holm([0.02]) == pytest.approx([0.02])  # one comparison: no correction
+
+
+def test_sequential_alpha_controls_optional_stopping():
+    """A planted null: seeds drawn with no effect, a t-test after 2, 3, 4 and 5 seeds, stopping at the first
+    p < threshold. At the nominal 0.05 the design rejects far more often than 5%; at Bonferroni's 0.05 / 4 it
+    stays within 5%."""
+    import scipy.stats
+    assert fits.sequential_alpha(4) == pytest.approx(0.0125)
+    d = np.random.default_rng(2).normal(0.0, 1.0, (20000, 5))
+    reject = {a: np.zeros(len(d), bool) for a in (0.05, fits.sequential_alpha(4))}
+    for n in range(2, 6):
+        x = d[:, :n]
+        t = x.mean(1) / (x.std(1, ddof=1) / math.sqrt(n))
+        p = 2 * scipy.stats.t.sf(np.abs(t), n - 1)
+        for a in reject:
+            reject[a] |= p < a
+    assert reject[0.05].mean() > 0.08 and reject[fits.sequential_alpha(4)].mean() <= 0.05
+
+
+def test_main_test_prints_the_standard(capsys):
+    out = fits.main_test(["ttest", "1", "2", "3", "--looks=2"])
+    assert out["p"] == pytest.approx(1 - 2 * math.sqrt(3) / math.sqrt(14)) and out["threshold"] == 0.025
+    assert json.loads(capsys.readouterr().out)["p_times_looks"] == pytest.approx(2 * out["p"])
+    assert fits.main_test(["tost", "--margin=4", "1", "2", "3"])["verdict"] == "equivalent"
+    with pytest.raises(SystemExit):
+        fits.main_test(["tost", "1", "2", "3"])  # a margin must be given, never chosen from the data
