@@ -843,7 +843,8 @@ def tost(d, margin, alpha=0.05):
     """Equivalence of the mean per-seed difference d to 0 within +-margin: two one-sided t-tests (Schuirmann 1987,
     J. Pharmacokinet. Biopharm. 15:657), each at alpha. Their p is the larger of the two one-sided p-values, and
     it is below alpha exactly when the (1 - 2 alpha) t-interval (90% at alpha = 0.05) lies inside the margin.
-    verdict: "equivalent" (inside), "different" (the interval wholly outside the margin), else "inconclusive"."""
+    verdict: "equivalent" (inside), "different" (the interval wholly outside the margin: p_outside < alpha), else
+    "inconclusive"."""
     import scipy.stats
     d = np.asarray(d, dtype=float)
     n = len(d)
@@ -854,10 +855,12 @@ def tost(d, margin, alpha=0.05):
     lo, hi = mean - q * se, mean + q * se
     p_below = float(scipy.stats.t.sf((mean + margin) / se, df))  # H0: the true mean is at or below -margin
     p_above = float(scipy.stats.t.cdf((mean - margin) / se, df))  # H0: the true mean is at or above +margin
+    # the other direction, "not equivalent": the one-sided test that the mean lies beyond the margin on its side
+    p_outside = float(scipy.stats.t.sf((abs(mean) - margin) / se, df))
     verdict = ("equivalent" if -margin < lo and hi < margin else
                "different" if lo > margin or hi < -margin else "inconclusive")
     return dict(n=n, mean=mean, se=se, df=df, margin=margin, interval=(lo, hi), level=1 - 2 * alpha,
-                p=max(p_below, p_above), verdict=verdict)
+                p=max(p_below, p_above), p_outside=p_outside, verdict=verdict)
 
 
 def holm(pvalues):
@@ -883,12 +886,71 @@ def sequential_alpha(looks, alpha=0.05):
     return alpha / looks
 
 
+def elastic_gaps(loopformer_path, plain_path):
+    """Jeddi et al. Table 1 at one seed, from the JSONs of `early_exit.py --mode=elastic`: LoopFormer's perplexity at
+    each budget M against its plain twin (the plain loop trained at full depth) cut to M, and against the plain
+    loop trained at M passes, in percent (LoopFormer / other - 1)."""
+    with open(loopformer_path) as f:
+        ours = next(iter(json.load(f)["results"].values()))["budgets"]
+    with open(plain_path) as f:
+        plain = json.load(f)["results"].values()
+    twin = max(plain, key=lambda m: m["L"])["budgets"]
+    trained = {str(m["L"]): m["budgets"][str(m["L"])] for m in plain}
+    return {M: dict(vs_twin=100 * (ours[M] / twin[M] - 1), vs_trained_at_M=100 * (ours[M] / trained[M] - 1))
+            for M in sorted(ours)}
+
+
+def probe_differences(path, reference):
+    """Each model's continuation loss minus the reference model's at one seed, from the JSON of `eval.py`
+    (its first setting: the trained loop count): the induction-head probe, the mean of the variable-assignment
+    probes, and held-out text (ln perplexity)."""
+    with open(path) as f:
+        results = json.load(f)["results"]
+    def measures(model):
+        tasks = next(iter(results[model].values()))["tasks"]
+        varassign = [t["cont_loss"] for name, t in tasks.items() if name.startswith("varassign")]
+        return dict(induction_head=tasks["induction_head"]["cont_loss"], varassign=float(np.mean(varassign)),
+                    text=tasks["ppl_val"]["cont_loss"])
+    ref = measures(reference)
+    return {m: {k: v - ref[k] for k, v in measures(m).items()} for m in results if m != reference}
+
+
+def _family(per_seed, margin=None):
+    """The tests of one finding's comparisons, each a list of per-seed differences: the t-test (and TOST with a
+    margin) of each, Holm over the family."""
+    out = {name: dict(per_seed=d, **(tost(d, margin) if margin is not None else paired_t_test(d)))
+           for name, d in per_seed.items()}
+    for name, p in zip(out, holm([o["p"] for o in out.values()])):
+        out[name]["holm_p"] = p
+    return out
+
+
 def main_test(argv):
     """python fits.py ttest D1 D2 ... | tost --margin=M D1 D2 ... | holm P1 P2 ...: the standard's tests for the
-    per-seed differences (or the p-values of one family) given; --looks=K for a sequential design's threshold."""
-    if not argv or argv[0] not in ("ttest", "tost", "holm"):
-        raise SystemExit("usage: python fits.py ttest|tost|holm VALUE ... [--margin=M] [--looks=K]")
+    per-seed differences (or the p-values of one family) given; --looks=K for a sequential design's threshold.
+    python fits.py elastic LOOPFORMER.json PLAIN.json [...one pair per seed] [--margin=M] | probes EVAL.json ...
+    --reference=MODEL: the per-seed numbers of Jeddi et al.'s Table 1 or Chen et al.'s probes from the records'
+    JSONs, and the tests of their family (TOST within the margin for "matches the model trained at M")."""
+    if not argv or argv[0] not in ("ttest", "tost", "holm", "elastic", "probes"):
+        raise SystemExit("usage: python fits.py ttest|tost|holm VALUE ... [--margin=M] [--looks=K] | "
+                         "elastic LF.json PLAIN.json ... | probes EVAL.json ... --reference=MODEL")
     opts = dict(a[2:].split("=", 1) for a in argv[1:] if a.startswith("--"))
+    if argv[0] in ("elastic", "probes"):
+        paths = [a for a in argv[1:] if not a.startswith("--")]
+        if argv[0] == "elastic":
+            seeds = [elastic_gaps(a, b) for a, b in zip(paths[::2], paths[1::2])]
+            Ms = sorted(seeds[0])
+            out = dict(vs_twin=_family({M: [s[M]["vs_twin"] for s in seeds] for M in Ms[:-1]}),
+                       vs_trained_at_M=_family({M: [s[M]["vs_trained_at_M"] for s in seeds] for M in Ms[:-1]}),
+                       full_depth_vs_twin=paired_t_test([s[Ms[-1]]["vs_twin"] for s in seeds]))
+            if "margin" in opts:
+                out["matches_trained_at_M"] = _family({M: [s[M]["vs_trained_at_M"] for s in seeds]
+                                                       for M in Ms[:-1]}, float(opts["margin"]))
+        else:
+            seeds = [probe_differences(p, opts.get("reference", "vanilla")) for p in paths]
+            out = _family({f"{m}/{k}": [s[m][k] for s in seeds] for m in seeds[0] for k in seeds[0][m]})
+        print(json.dumps(out, indent=1, default=float))
+        return out
     values = [float(a) for a in argv[1:] if not a.startswith("--")]
     if argv[0] == "ttest":
         out = paired_t_test(values)

@@ -528,7 +528,11 @@ def test_tost_known_answers_and_scipy():
     # its p is the upper one-sided test's: P(T < (2 - 4) sqrt 3) on 2 df = (1 - 2 sqrt 3 / sqrt 14) / 2
     assert res["p"] == pytest.approx((1 - 2 * math.sqrt(3) / math.sqrt(14)) / 2, rel=1e-9)
     assert fits.tost([1.0, 2.0, 3.0], margin=3.0)["verdict"] == "inconclusive"  # the interval reaches 3.69
-    assert fits.tost([1.0, 2.0, 3.0], margin=0.2)["verdict"] == "different"  # wholly above +0.2
+    different = fits.tost([1.0, 2.0, 3.0], margin=0.2)
+    assert different["verdict"] == "different"  # wholly above +0.2
+    # beyond the margin, one-sided: P(T > (2 - 0.2) sqrt 3) on 2 df, the same closed form
+    t = 1.8 * math.sqrt(3)
+    assert different["p_outside"] == pytest.approx((1 - t / math.sqrt(t * t + 2)) / 2, rel=1e-9)
     import scipy.stats
     d = np.random.default_rng(1).normal(0.2, 1.0, 6)
     lower = scipy.stats.ttest_1samp(d, -1.0, alternative="greater").pvalue
@@ -569,3 +573,24 @@ def test_main_test_prints_the_standard(capsys):
     assert fits.main_test(["tost", "--margin=4", "1", "2", "3"])["verdict"] == "equivalent"
     with pytest.raises(SystemExit):
         fits.main_test(["tost", "1", "2", "3"])  # a margin must be given, never chosen from the data
+
+
+def test_elastic_and_probe_readers_give_the_records_differences(tmp_path):
+    """The per-seed numbers of Jeddi et al.'s Table 1 and Chen et al.'s probes from JSONs shaped like
+    early_exit.py's and eval.py's, with answers worked by hand."""
+    lf, plain = tmp_path / "lf.json", tmp_path / "plain.json"
+    lf.write_text(json.dumps({"results": {"lf": {"L": 2, "budgets": {"1": 6.0, "2": 4.4}}}}))
+    plain.write_text(json.dumps({"results": {"m1": {"L": 1, "budgets": {"1": 4.0}},
+                                             "twin": {"L": 2, "budgets": {"1": 8.0, "2": 4.0}}}}))
+    gaps = fits.elastic_gaps(lf, plain)
+    assert gaps["1"] == pytest.approx(dict(vs_twin=-25.0, vs_trained_at_M=50.0))  # 6/8 - 1, 6/4 - 1
+    assert gaps["2"] == pytest.approx(dict(vs_twin=10.0, vs_trained_at_M=10.0))  # the twin is trained at M=2
+    def model(induction, varassign, text):
+        tasks = dict(induction_head=dict(cont_loss=induction), ppl_val=dict(cont_loss=text),
+                     **{f"varassign_{i}": dict(cont_loss=v) for i, v in enumerate(varassign)})
+        return {"loops=2 (trained)": dict(tasks=tasks)}
+    ev = tmp_path / "eval.json"
+    ev.write_text(json.dumps({"results": {"vanilla": model(4.0, (9.0, 11.0), 1.9),
+                                          "loop": model(3.5, (8.0, 8.0), 2.0)}}))
+    diff = fits.probe_differences(ev, "vanilla")["loop"]
+    assert diff == pytest.approx(dict(induction_head=-0.5, varassign=-2.0, text=0.1))
