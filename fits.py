@@ -1157,6 +1157,7 @@ FIT_KEYS = dict(
     loops=(),  # keep only these n_loop values; () = all
     seeds=(),  # keep only these training seeds (a finding's spread over seeds: fit each seed alone); () = all
     max_loss=float("inf"),  # drop runs whose val_loss exceeds this (diverged; Wang et al. use 4)
+    max_lr=float("inf"),  # lr: keep only runs at LRs up to this, so that arms judged together share one grid
     group=("n_embd",),  # lr: the fields that define one LR curve (width, n_loop, n_layer ...)
     panel="arch",  # lr: the field that splits curves into panels (e.g. residual_scaling); compare: the arms' field
     reference="",  # lr: the group whose optimal LR is transferred; compare: the arm compared against; "" = the first;
@@ -1181,12 +1182,15 @@ def select_rows(rows, cfg, allow_empty=False):
             continue
         if cfg["seeds"] and field(r, "seed") not in cfg["seeds"]:
             continue
+        if field(r, "lr") is not None and field(r, "lr") > cfg["max_lr"] * (1 + 1e-9):
+            continue
         if cfg["archs"] and field(r, "arch") not in cfg["archs"]:
             if not (field(r, "arch") == cfg["baseline_arch"] and field(r, "n_loop") == 1):
                 continue
         keep.append(r)
     if not keep and not allow_empty:
-        raise SystemExit("no runs left after the subset keys (archs, budgets, loops, seeds, max_loss); loosen them")
+        raise SystemExit("no runs left after the subset keys (archs, budgets, loops, seeds, max_loss, max_lr); "
+                         "loosen them")
     return keep
 
 

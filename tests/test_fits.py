@@ -487,6 +487,10 @@ def test_fit_subset_keys_select_seeds():
     assert len(fits.select_rows(rows, fits.FIT_KEYS)) == 3
     with pytest.raises(SystemExit, match="seeds"):
         fits.select_rows(rows, dict(fits.FIT_KEYS, seeds=(1,)))
+    # --max_lr=0.008 keeps the grid that every rule shares (8e-3 itself included, whatever its last bit)
+    lr_rows = [dict(arch="none", n_loop=1, val_loss=2.0, seed=7, lr=1e-3 * 2 ** (k / 2)) for k in range(9)]
+    kept = fits.select_rows(lr_rows, dict(fits.FIT_KEYS, max_lr=0.008))
+    assert [round(r["lr"], 5) for r in kept] == [0.001, 0.00141, 0.002, 0.00283, 0.004, 0.00566, 0.008]
 
 
 def test_fit_help_names_the_command_and_describes_fits_keys(capsys):
