@@ -7,6 +7,10 @@ results.jsonl, a record's records/<paper>/<sweep>.jsonl) and fits them. Its comm
     python scaling.py fit out/sweeps/isoflop_cpu/results.jsonl --law=isoflop
     python scaling.py figures records/
     python scaling.py power config/sweeps/isodepth_cpu.py --calibrate=records/schwethelm2026/isodepth_pilot_cpu.jsonl
+
+The tests of the records' statistical standard (records/README.md) run from here, on per-seed numbers:
+
+    python fits.py ttest 0.006 0.043 0.042
 """
 import glob
 import json
