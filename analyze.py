@@ -35,10 +35,13 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
+import kernels  # noqa: E402
 import moe  # noqa: E402
 from configurator import configure, run  # noqa: E402
-from loop import LoopedGPT, build_model, load_model, pick_device, residual_multiplier  # noqa: E402
-from model import GPTConfig  # noqa: E402
+from checkpoint import load_model  # noqa: E402
+from distributed import pick_device  # noqa: E402
+from loop import residual_multiplier  # noqa: E402
+from model import GPT, GPTConfig  # noqa: E402
 from optim import make_optimizer, train_step  # noqa: E402
 from scaling import capacity_report  # noqa: E402
 
@@ -253,7 +256,7 @@ def conditioning_records(model, idx):
 def load_models(cfg, model_cfg):
     """[(name, model, checkpoint dict or None)]: each run dir of --ckpt, or one model initialised from the config."""
     if not cfg["ckpt"]:
-        model = build_model(model_cfg).init_weights(cfg["seed"]).to(cfg["device"]).eval()
+        model = kernels.on_cpu(GPT(model_cfg).init_weights(cfg["seed"]).to(cfg["device"]).eval(), cfg["device"])
         return [("init", model, None)]
     dirs = [d for d in cfg["ckpt"].split(",") if d]
     names = cfg["names"].split(",") if cfg["names"] else [os.path.basename(os.path.normpath(d)) for d in dirs]
@@ -576,9 +579,9 @@ def looped_config(model_cfg, n_loop, scaling):
 def nonshared_model(model_cfg, n_loop, scaling):
     """Wang et al.'s non-shared deep stack: n_loop independent copies of the n_layer block (effective depth
     n_layer * n_loop, one pass), every branch multiplied by n_loop^-alpha as the looped model with n_loop passes
-    would be. A one-pass LoopedGPT of n_layer * n_loop layers built with that multiplier (loop.py's res_scale)."""
+    would be. A one-pass GPT of n_layer * n_loop layers built with that multiplier (GPT's res_scale)."""
     cfg = dataclasses.replace(model_cfg, n_layer=model_cfg.n_layer * n_loop, n_loop=1, residual_scaling="none")
-    return LoopedGPT(cfg, res_scale=residual_multiplier(looped_config(model_cfg, n_loop, scaling)))
+    return GPT(cfg, res_scale=residual_multiplier(looped_config(model_cfg, n_loop, scaling)))
 
 
 def adamw(model, cfg):
@@ -627,11 +630,12 @@ def run_residual(cfg, model_cfg):
         for seed in range(cfg["n_seeds"]):
             torch.manual_seed(seed)
             if kind == "looped":
-                model = build_model(looped_config(model_cfg, n_loop, scaling)).init_weights(seed).to(cfg["device"])
+                model = GPT(looped_config(model_cfg, n_loop, scaling)).init_weights(seed).to(cfg["device"])
                 every = None
             else:
                 model = nonshared_model(model_cfg, n_loop, scaling).init_weights(seed).to(cfg["device"])
                 every = model_cfg.n_layer
+            kernels.on_cpu(model, cfg["device"])
             run, cos = residual_run(model, cfg, seed, every)
             per_seed.append(run)
             if seed == 0 and n_loop == max(cfg["loops"]) and scaling == "none":
@@ -812,7 +816,8 @@ def run_coordcheck(cfg, model_cfg):
         traces = []
         for seed in range(cfg["n_seeds"]):
             torch.manual_seed(seed)
-            traces.append(coord_data(build_model(mcfg).init_weights(seed).to(cfg["device"]), cfg, seed))
+            model = kernels.on_cpu(GPT(mcfg).init_weights(seed).to(cfg["device"]), cfg["device"])
+            traces.append(coord_data(model, cfg, seed))
         result[title][str(x)] = {k: np.mean([t[k] for t in traces], 0).tolist() for k in traces[0]}
     slopes = {}  # d log|act| / d log width at the last step: 0 means width-independent
     for title, per_x in result.items():

@@ -41,9 +41,10 @@ from contextlib import nullcontext
 import torch
 
 from configurator import ConfigError, configure
-from loop import build_model, pick_device
-from model import GPTConfig, cpu_kernels
+from distributed import pick_device
+from model import GPT, GPTConfig
 from optim import make_optimizer, train_step
+import kernels
 import scaling
 import train
 from train import cpu_matmul_rate, native_bf16
@@ -92,10 +93,10 @@ def preset_model(path, overrides):
 
 
 def graph_breaks(model_cfg, dev, ctx, x):
-    """Graph breaks of each block (and of the loss where GPT.compile_blocks compiles it) as torch.compile sees
+    """Graph breaks of each block and of the loss (GPT.compile_blocks compiles both) as torch.compile sees
     them: torch._dynamo.explain of each forward on the arguments it gets in one training forward pass of an eager
     copy of the model. Target 0. (explain resets dynamo's caches: run it after the timings.)"""
-    model = build_model(model_cfg).init_weights(0).to(dev)
+    model = GPT(model_cfg).init_weights(0).to(dev)
     calls = {}
 
     def record(i):
@@ -110,8 +111,7 @@ def graph_breaks(model_cfg, dev, ctx, x):
     with ctx:
         breaks = {f"block {i}": torch._dynamo.explain(model.blocks[i].forward)(*a, **k).graph_break_count
                   for i, (a, k) in sorted(calls.items())}
-        if not cpu_kernels(logits):
-            breaks["loss"] = torch._dynamo.explain(model.loss)(logits, x).graph_break_count
+        breaks["loss"] = torch._dynamo.explain(model.loss)(logits, x).graph_break_count
     return breaks
 
 
@@ -165,7 +165,7 @@ def make_setup(name, mcfg, dtype_name, dtype, compiled, cfg, sync):
     included, on a fixed random batch."""
     dev, B, T = cfg["device"], cfg["batch_size"], mcfg.block_size
     x = torch.randint(0, mcfg.vocab_size, (B, T), device=dev)
-    model = build_model(mcfg).init_weights(0).to(dev)
+    model = kernels.on_cpu(GPT(mcfg).init_weights(0).to(dev), dev, not compiled)  # as train.py
     if compiled:
         model.compile_blocks()
     opt_cfg = dict(lr=1e-3, weight_decay=0.0, wd_independent=True, adam_eps=1e-8, optimizer="adamw", beta1=0.9,

@@ -22,8 +22,9 @@ from contextlib import nullcontext
 import torch
 
 from configurator import configure, run
-from loop import build_model, pick_device
-from model import MLP, GPTConfig
+from distributed import pick_device
+from model import GPT, MLP, GPTConfig
+import kernels
 import moe
 from bench import runnable_dtypes
 from train import cpu_threads
@@ -102,7 +103,7 @@ def bench_models(base_cfg, dtype, dev, path_list):
     for name, kw in variants.items():
         c = GPTConfig(**{**base_cfg.to_dict(), **kw})
         torch.manual_seed(0)
-        model = build_model(c).init_weights(0).to(dev).train()
+        model = kernels.on_cpu(GPT(c).init_weights(0).to(dev).train(), dev)  # as train.py's eager runs
         steppers[name] = make_steps(model, dtype, dev)
         for s in steppers[name]:
             time_steps(s, cfg["warmup"], dev)

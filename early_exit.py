@@ -60,7 +60,9 @@ import torch
 import torch.nn.functional as F
 
 import scaling
-from loop import is_looped, last, load_model, pick_device
+from checkpoint import load_model
+from distributed import pick_device
+from loop import is_looped, last
 from model import KVCache, Label, sample_next
 
 FILLS = ("propagate", "recompute")

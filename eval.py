@@ -110,7 +110,9 @@ import torch
 import early_exit
 from configurator import ConfigError
 from early_exit import coda_positions, log_probs, readouts_before_exit
-from loop import is_looped, last, load_model, pick_device
+from checkpoint import load_model
+from distributed import pick_device
+from loop import is_looped, last
 from model import KVCache
 
 LN2 = math.log(2.0)

@@ -1,62 +1,95 @@
 """
-Looped (weight-tied, recurrent-depth) transformers: every looped model of the five papers is a configuration of
-one class, LoopedGPT(GPT), and a plain transformer is the looped model with one pass.
+What varies between looped models, as small parts in registries. model.py's one GPT class walks a depth *plan*
+built here; a plain transformer is the one-pass plan:
 
     embedding -> [norm] -> prelude (n_prelude unshared layers)
               -> n_loop passes of the shared block (n_layer layers), each pass: inject -> layers -> [norm]
               -> coda (n_coda unshared layers) -> final norm -> head
 
-Depth plans (config keys, not the papers' symbols; DESIGN.md maps them):
-- full loop: n_prelude = n_coda = 0 (Lee et al. 2026; Jeddi et al. 2026; Wang et al. 2026).
-- prelude / recur / coda with input injection and the model-level norms (Schwethelm et al. 2026,
-  arXiv:2604.21106): injection="linear" (u = W[e||h], W = [I|0] at init), "additive" (u = h + e, h0 = 0) or
-  "none" (their "passthrough", u = h); loop_norm=True; hyper-connection lanes at loop boundaries (hc_lanes);
-  truncated BPTT (bptt_loops). Every injection kind and the hyper-connections are one small module each, with the
-  same methods (start, read before a pass, write after it, pool), which between_passes picks.
-- sandwich loop (Chen et al. 2026, arXiv:2606.04438): prelude + shared block + coda, injection="none",
-  sandwich_norm=True, loop_cond="iteradaln".
-Per-loop conditioning of the shared blocks (loop_cond): "index" (TMLT: the loop index), "loopformer" (normalised
-time t and step size dt), "iteradaln" (iteration + per-token state). Residual-branch multipliers (Wang et al.
-2026, arXiv:2606.18524): residual_scaling. Elastic depth (Jeddi et al. 2026): run forward, generate or the walk
-with any schedule of step sizes (schedule=...), and train with the shortcut-consistency objective (elastic), whose
-trajectories are drawn from the generator passed as forward's rng (trajectory_rng: seeded by the micro-batch).
+The registries (a config key picks one row; a new variant is one class or function plus one row, and GPTConfig
+accepts the row's name from then on, also one a test registers):
+- BETWEEN_PASSES (`injection`; hyper-connections when hc_lanes > 0): what enters each pass (Schwethelm et al. 2026,
+  arXiv:2604.21106): none ("passthrough", u = h), linear (u = W[e||h], W = [I|0] at init), additive (u = h + e).
+- CONDITIONING (`loop_cond`): per-pass conditioning of the shared blocks: index (TMLT: the loop index), loopformer
+  (time t and step size dt, Jeddi et al. 2026, arXiv:2602.11451), iteradaln (iteration + per-token state, Chen et
+  al. 2026, arXiv:2606.04438).
+- RESIDUAL_RULES (`residual_scaling`): the multiplier on the shared blocks' branches and its LR / eps rule (Wang et
+  al. 2026, arXiv:2606.18524).
+- ELASTIC (`elastic`): elastic-depth training objectives (shortcut consistency, early exit, random depth) and the
+  extra work each adds; TRAJECTORY_SAMPLERS (`trajectory_sampler`) draw LoopFormer's shortcut trajectories.
+Each row also holds what the rest of the house needs to know about it: its config check, its parameters' optimizer
+role or LR multiplier, its runs and extra multiply-adds for scaling.py (the one place that counts).
 
-The walk (LoopedGPT.walk) is the only forward code path: forward, generation, early exit and analyses all use it.
-The blocks are compiled one by one (GPT.compile_blocks) and the loop stays in Python, so a new loop count never
-recompiles a block: per-loop conditioning and residual multipliers enter the block as tensor arguments.
+Depth plans (config keys, not the papers' symbols; DESIGN.md maps them): full loop n_prelude = n_coda = 0 (Lee et
+al. 2026; Jeddi et al. 2026; Wang et al. 2026); prelude / recur / coda with injection, loop_norm, hyper-connections
+and truncated BPTT (bptt_loops) (Schwethelm et al. 2026); the sandwich loop of Chen et al. 2026 (prelude + shared
+block + coda, sandwich_norm, loop_cond="iteradaln"). Elastic depth: forward, generate and the walk take a schedule
+of step sizes (Jeddi et al. 2026, Algorithm 2).
 
-Also here: build_model / load_model (the one place turning configs and checkpoints into models); MuonH, the
-optimizer of Schwethelm et al. (train.py --optimizer=muonh), lives in optim.py.
+This file imports no other file of the project: model.py builds on it.
 """
 import math
-import os
-import warnings
-from contextlib import nullcontext
+from collections import namedtuple
 
 import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from configurator import ConfigError
-from model import GPT, GPTConfig, Label, RMSNorm, add_aux
 
-# the GPTConfig fields of the "looping" section; a config that leaves all of them at their defaults is plain
-LOOP_FIELDS = ("n_loop", "n_prelude", "n_coda", "injection", "hc_lanes", "hc_pool", "loop_norm", "bptt_loops",
-               "residual_scaling", "residual_lambda", "residual_ref_layers", "loop_cond", "cond_init", "cond_lr_scale",
-               "elastic", "shortcut_weight", "consistency_weight", "consistency_on", "trajectory_sampler")
+# -----------------------------------------------------------------------------------------------------------------
+# the depth plan
+
+# Where a hidden state sits in the depth: effective-layer index (also the KV-cache slot), physical layer (index into
+# GPT.blocks), loop index, whether it ends a pass of the loop, and the part (prelude | loop | coda).
+Label = namedtuple("Label", "index layer loop boundary part")
 
 
-def is_plain(config):
-    """True if every looping key is at its default: build_model makes a GPT, not a LoopedGPT."""
-    defaults = GPTConfig.__dataclass_fields__
-    return all(getattr(config, name) == defaults[name].default for name in LOOP_FIELDS)
+def make_plan(cfg, n_passes):
+    """The depth plan: one Label per step (block run) of a forward pass with n_passes passes of the shared block."""
+    P, K = cfg.n_prelude, cfg.n_layer
+    plan = [Label(i, i, 0, False, "prelude") for i in range(P)]
+    for loop in range(n_passes):
+        plan += [Label(len(plan) + j, P + j, loop, j == K - 1, "loop") for j in range(K)]
+    return plan + [Label(len(plan) + j, P + K + j, 0, False, "coda") for j in range(cfg.n_coda)]
 
 
 def is_looped(config):
     """True if the depth reuses layers or has a prelude/coda around a loop, i.e. has loop boundaries (early exit
-    then exits at them). A LoopedGPT with one pass and no prelude or coda (n_loop=1, loop_cond=index, say) is not."""
+    then exits at them); a one-pass model without prelude or coda has the plain plan."""
     return config.n_loop > 1 or config.n_prelude > 0 or config.n_coda > 0
+
+
+def uniform_schedule(n):
+    return [1.0 / n] * n
+
+
+def resolve_schedule(cfg, schedule=None, max_passes=None):
+    """A schedule is a list of step sizes dt summing to 1 (one pass each), or an int M (M uniform steps): elastic
+    evaluation at budget M (Jeddi et al. 2026, Algorithm 2). None means the trained depth, n_loop uniform steps. A
+    one-pass model without prelude or coda makes one pass; max_passes: what the module between passes allows."""
+    if schedule is None:
+        return uniform_schedule(cfg.n_loop)
+    if isinstance(schedule, int):
+        schedule = uniform_schedule(schedule)
+    schedule = [float(s) for s in schedule]
+    if not schedule or min(schedule) <= 0 or abs(sum(schedule) - 1) > 1e-6:
+        raise ValueError(f"a schedule is a non-empty list of positive step sizes summing to 1 (or an int), "
+                         f"got {schedule}")
+    if len(schedule) > 1 and not is_looped(cfg):
+        raise ValueError(f"a plain model makes one pass: the schedule {schedule!r} needs a looped model")
+    if max_passes is not None and len(schedule) > max_passes:
+        raise ValueError(f"the module between passes has parameters for n_loop={max_passes} passes; "
+                         f"a schedule of {len(schedule)} steps is too long")
+    return schedule
+
+
+def last(walk):
+    """The final (Label, state) of a walk."""
+    label = h = None
+    for label, h, _ in walk:
+        pass
+    return label, h
 
 
 # -----------------------------------------------------------------------------------------------------------------
@@ -176,18 +209,54 @@ class LoopCond:
         return self.keep("ffn", self.modulator.ffn(m, self.c))
 
 
+class IndexConditioning:
+    """TMLT: the loop index (0-based) through a sinusoidal embedder; adaLN-zero modulators."""
+    embedders = ("loop_embed",)  # model attributes holding a ScalarEmbedder each (names kept in checkpoints)
+    modulator = AdaLNModulator
+    per_sequence = True  # the modulator's input is one vector per pass: it works once per sequence, not per token
+
+    @staticmethod
+    def vector(model, loop, t, dt):
+        return model.loop_embed(loop)
+
+
+class LoopFormerConditioning(IndexConditioning):
+    """LoopFormer (Jeddi et al. 2026, arXiv:2602.11451, §3.2): c = e_t(t_{i-1}) + e_dt(dt_i)."""
+    embedders = ("loop_embed", "step_embed")
+
+    @staticmethod
+    def vector(model, loop, t, dt):
+        return model.loop_embed(t) + model.step_embed(dt)
+
+
+class IterAdaLNConditioning:
+    """IterAdaLN (Chen et al. 2026, arXiv:2606.04438, §3.3): the embedding v_k of iteration k = loop + 1, mixed with
+    each token's state inside the modulator (so it works per token)."""
+    embedders = ("loop_embed",)
+    modulator = IterAdaLNModulator
+    per_sequence = False
+
+    @staticmethod
+    def vector(model, loop, t, dt):
+        return model.loop_embed(loop + 1)
+
+
+CONDITIONING = {"none": None, "index": IndexConditioning, "loopformer": LoopFormerConditioning,
+                "iteradaln": IterAdaLNConditioning}
+
+
 # -----------------------------------------------------------------------------------------------------------------
 # between the passes: input injection and hyper-connections (Schwethelm et al. 2026, arXiv:2604.21106)
 #
-# Every kind is one small module with the same methods, which LoopedGPT.walk calls around each pass:
+# Every kind is one small module with the same methods, which GPT.walk calls around each pass:
 #   start(e)              the state before the first pass, from the prelude output e (B, T, C)
 #   read(state, e, i)     the input u of pass i
 #   write(state, s, u, i) the state after pass i, from its output s (after the end-of-pass norm) and its input u
 #   pool(state)           the (B, T, C) state the coda and every exit at a loop boundary read
-# and with the same facts for the rest of the house: `name` (LoopedGPT's attribute holding it, so its parameters'
+# and with the same facts for the rest of the house: `name` (GPT's attribute holding it, so its parameters'
 # prefix in checkpoints), `role` (the optimizer role of its parameters; None: as GPT.param_role decides),
-# `max_passes` (None: any schedule), runs() and extra_macs() (scaling.py's accounting).
-# A new kind is one class here and one entry in BETWEEN_PASSES (and its name in GPTConfig's injection choices).
+# `max_passes` (None: any schedule), runs() and extra_macs() (scaling.py's accounting), check(cfg) (a config error,
+# or None).
 
 
 class Passthrough(nn.Module):
@@ -197,6 +266,10 @@ class Passthrough(nn.Module):
 
     def __init__(self, cfg):
         super().__init__()
+
+    @staticmethod
+    def check(cfg):
+        return None
 
     def start(self, e):
         return e
@@ -265,6 +338,14 @@ class HyperConnections(Passthrough):
     Its scalars are 'norm' parameters (no decay, no muP LR scale) and exist for n_loop passes only."""
     name, role = "hc", "norm"
 
+    @staticmethod
+    def check(cfg):
+        if cfg.hc_lanes == 1:
+            return "hc_lanes must be 0 (off) or >= 2 (Schwethelm et al. use 2)"
+        if cfg.injection != "none":
+            return f"hyper-connections replace the input injection: set injection='none' (got {cfg.injection!r})"
+        return None
+
     def __init__(self, cfg):
         super().__init__(cfg)
         n_loop, n_lanes = cfg.n_loop, cfg.hc_lanes
@@ -307,57 +388,81 @@ class HyperConnections(Passthrough):
         self.beta.fill_(1.0)
 
 
-BETWEEN_PASSES = {"none": Passthrough, "additive": Additive, "linear": LinearInjection}  # by config.injection
+BETWEEN_PASSES = {"none": Passthrough, "linear": LinearInjection, "additive": Additive}  # by config.injection
 
 
-def between_passes(cfg):
+def between_passes_kind(cfg):
     """The one place that picks what happens between loop passes: hyper-connections when hc_lanes > 0 (they
     replace the injection), else the injection kind; a one-pass linear injection has nothing to mix in, so it
     stores no W and passes e through."""
     if cfg.hc_lanes:
-        return HyperConnections(cfg)
+        return HyperConnections
     if cfg.injection == "linear" and cfg.n_loop == 1:
-        return Passthrough(cfg)
-    return BETWEEN_PASSES[cfg.injection](cfg)
+        return Passthrough
+    return BETWEEN_PASSES[cfg.injection]
 
 
 # -----------------------------------------------------------------------------------------------------------------
-# residual scaling (Wang et al. 2026, arXiv:2606.18524)
+# residual scaling (Wang et al. 2026, arXiv:2606.18524, §5 and App. 8.2)
+
+
+class ResidualRule:
+    """A multiplier on every attention and FFN branch of the shared blocks, multiplier(cfg) (None: no multiplier),
+    and the factor depth_factor(cfg) on the hidden LR and AdamW eps it asks for (None: none; the norm gains inside
+    blocks then take it too, as the 'block_norm' role)."""
+
+    def __init__(self, multiplier=None, depth_factor=None):
+        self.multiplier, self.depth_factor = multiplier, depth_factor
+
+
+def factorized_depth_factor(cfg):
+    """m_L^-1/2 = (n_layer / L_ref)^-1/2 (Wang et al. 2026, Table 1; CompleteP with alpha = 1/2)."""
+    return (cfg.n_layer / cfg.residual_ref_layers) ** -0.5
+
+
+RESIDUAL_RULES = {
+    "none": ResidualRule(),
+    "sqrt": ResidualRule(lambda cfg: cfg.n_loop ** -0.5),  # n_loop^-1/2
+    "linear": ResidualRule(lambda cfg: 1.0 / cfg.n_loop),  # 1/n_loop
+    # lambda / n_loop * (n_layer / L_ref)^-1/2, with the depth rule on the LR and eps
+    "factorized": ResidualRule(lambda cfg: cfg.residual_lambda / cfg.n_loop * factorized_depth_factor(cfg),
+                               factorized_depth_factor),
+}
 
 
 def residual_multiplier(cfg):
-    """The multiplier on every attention and FFN branch of the shared blocks (Wang et al. 2026, §5 and App. 8.2):
-    none 1, sqrt n_loop^-1/2, linear 1/n_loop, factorized lambda / n_loop * (n_layer / L_ref)^-1/2."""
-    N = cfg.n_loop
-    return {"none": 1.0, "sqrt": N ** -0.5, "linear": 1.0 / N,
-            "factorized": cfg.residual_lambda / N * (cfg.n_layer / cfg.residual_ref_layers) ** -0.5,
-            }[cfg.residual_scaling]
+    """The multiplier on the shared blocks' branches under the config's residual rule (1 when it has none)."""
+    rule = RESIDUAL_RULES[cfg.residual_scaling]
+    return 1.0 if rule.multiplier is None else rule.multiplier(cfg)
 
 
 def depth_lr_factor(cfg):
-    """m_L^-1/2 = (n_layer / L_ref)^-1/2: factor on the hidden (looped-stack) LR and AdamW eps under
-    residual_scaling='factorized' (Wang et al. 2026, arXiv:2606.18524, Table 1; CompleteP with alpha = 1/2)."""
-    return (cfg.n_layer / cfg.residual_ref_layers) ** -0.5 if cfg.residual_scaling == "factorized" else 1.0
+    """The factor on the hidden (looped-stack) LR and AdamW eps under the config's residual rule (1 when none)."""
+    rule = RESIDUAL_RULES[cfg.residual_scaling]
+    return 1.0 if rule.depth_factor is None else rule.depth_factor(cfg)
 
 
 # -----------------------------------------------------------------------------------------------------------------
-# trajectories (Jeddi et al. 2026, arXiv:2602.11451, §3.3)
+# elastic depth: training objectives and trajectories (Jeddi et al. 2026, arXiv:2602.11451)
 
 
-def sample_trajectory(n_loop, rng, kind="uniform"):
+def uniform_trajectory(n_loop, rng):
     """A shortcut trajectory for a model trained with n_loop (= L) passes: S ~ U{1..L-1} steps whose sizes are
-    multiples of 1/L summing to 1, returned as integer units (Delta_i = units_i / L).
-    uniform (the paper, Jeddi et al. 2026, arXiv:2602.11451, §3.3: "first sample a shortcut length S ~ U{1,...,L-1},
-            then uniformly draw the discrete step schedule"): given S, uniform over the C(L-1, S-1) compositions of
-            L into S parts (S-1 distinct cut points out of the L-1 inner ones).
-    greedy  (the released code's sampler): each of the first S-1 steps is uniform over the sizes that still leave
-            one unit for every later step; the last step takes the rest (favours a large first step)."""
+    multiples of 1/L summing to 1, returned as integer units (Delta_i = units_i / L). The paper's sampler (Jeddi et
+    al. 2026, arXiv:2602.11451, §3.3: "first sample a shortcut length S ~ U{1,...,L-1}, then uniformly draw the
+    discrete step schedule"): given S, uniform over the C(L-1, S-1) compositions of L into S parts (S-1 distinct
+    cut points out of the L-1 inner ones)."""
     L = n_loop
     S = int(rng.integers(1, L))  # 1..L-1
-    if kind == "uniform":
-        cuts = np.sort(rng.choice(np.arange(1, L), size=S - 1, replace=False))
-        return np.diff(np.concatenate([[0], cuts, [L]])).tolist()
-    units, remaining = [], L
+    cuts = np.sort(rng.choice(np.arange(1, L), size=S - 1, replace=False))
+    return np.diff(np.concatenate([[0], cuts, [L]])).tolist()
+
+
+def greedy_trajectory(n_loop, rng):
+    """As uniform_trajectory, by the released code's sampler: each of the first S-1 steps is uniform over the sizes
+    that still leave one unit for every later step; the last step takes the rest (favours a large first step)."""
+    S = int(rng.integers(1, n_loop))
+    units, remaining = [], n_loop
     for steps_left in range(S, 1, -1):
         cap = remaining - (steps_left - 1)  # leave one unit per later step
         u = int(rng.integers(1, cap + 1))
@@ -366,358 +471,92 @@ def sample_trajectory(n_loop, rng, kind="uniform"):
     return units + [remaining]
 
 
-def uniform_schedule(n):
-    return [1.0 / n] * n
+TRAJECTORY_SAMPLERS = {"uniform": uniform_trajectory, "greedy": greedy_trajectory}
+
+
+def sample_trajectory(n_loop, rng, kind="uniform"):
+    return TRAJECTORY_SAMPLERS[kind](n_loop, rng)
 
 
 def trajectory_rng(seed, index):
-    """The generator of the elastic objective's draws for one micro-batch (LoopedGPT.forward's rng): seeded by
-    (seed, global micro-batch index), so resumed and DDP runs sample exactly what one uninterrupted process would."""
+    """The generator of the elastic objective's draws for one micro-batch (GPT.forward's rng): seeded by (seed, global
+    micro-batch index), so resumed and DDP runs sample exactly what one uninterrupted process would."""
     return np.random.default_rng([int(seed), int(index), 0x100F])
 
 
-# -----------------------------------------------------------------------------------------------------------------
-# the model
+def add_aux(total, aux):
+    """Accumulate auxiliary terms (a dict of scalars: the MoE layers' balancing losses) into the running dict."""
+    if aux:
+        for k, v in aux.items():
+            total[k] = total[k] + v if k in total else v
 
 
-class LoopedGPT(GPT):
-    """GPT whose depth is a plan of (layer, loop) steps. self.blocks holds the prelude, the shared block and the
-    coda modules, in that order; Label.layer indexes it."""
-
-    def __init__(self, config, res_scale=None):
-        """res_scale: the multiplier on the shared blocks' branches, by default residual_multiplier(config) when
-        residual_scaling is on (analyze.py's non-shared stack passes the one of a deeper loop)."""
-        super().__init__(config)
-        cfg, C = config, config.n_embd
-        self.norm_embed = RMSNorm(C, cfg.norm_eps, cfg.norm_gain) if cfg.loop_norm else None
-        self.norm_loop = RMSNorm(C, cfg.norm_eps, cfg.norm_gain) if cfg.loop_norm else None
-        between = between_passes(cfg)  # injection or hyper-connections, under its own name (inject / hc)
-        self.add_module(between.name, between)
-        self.between_name = between.name
-        self.loop_embed = ScalarEmbedder(C) if cfg.loop_cond != "none" else None  # index / t / iteration k
-        self.step_embed = ScalarEmbedder(C) if cfg.loop_cond == "loopformer" else None  # dt
-        # the branch multipliers as a tensor, so that the compiled block never specialises on their value
-        if cfg.residual_scaling != "none" or res_scale is not None:
-            eps = residual_multiplier(cfg) if res_scale is None else res_scale
-            scales = [eps if self.part(i) == "loop" else 1.0 for i in range(len(self.blocks))]
-            self.register_buffer("res_scales", torch.tensor(scales), persistent=False)
-        else:
-            self.res_scales = None
-
-    # ---- structure ----
-    @property
-    def between(self):
-        """The module for what happens between loop passes (see between_passes)."""
-        return getattr(self, self.between_name)
-
-    def n_block_modules(self):
-        c = self.config
-        return c.n_prelude + c.n_layer + c.n_coda
-
-    def part(self, i):
-        c = self.config
-        return "prelude" if i < c.n_prelude else "loop" if i < c.n_prelude + c.n_layer else "coda"
-
-    def make_block(self, index):
-        """Prelude, shared and coda layers are ordinary Blocks (MoE or not, as moe.py decides per index). A
-        conditioned shared block gets a modulator and affine-free pre-norms (the modulation supplies the scale)."""
-        block = super().make_block(index)
-        cfg = self.config
-        if cfg.loop_cond != "none" and self.part(index) == "loop":
-            block.norm_attn.weight = None
-            block.norm_ffn.weight = None
-            kind = IterAdaLNModulator if cfg.loop_cond == "iteradaln" else AdaLNModulator
-            block.modulator = kind(cfg.n_embd, cfg.cond_init)
-        return block
-
-    def n_slots(self, schedule=None):
-        c = self.config
-        return c.n_prelude + self.loop_count(schedule) * c.n_layer + c.n_coda
-
-    def block_executions(self, training=True, schedule=None):
-        """(forward runs, backward runs) per module of self.blocks in one forward pass at the schedule (None: the
-        trained n_loop passes). Truncated BPTT: the shared layers run n_loop times but build a graph only in the last
-        bptt_loops passes. training=True adds the elastic objective's expected extra work: the LoopFormer shortcut
-        pass runs E[S] = n_loop/2 more times; random_depth runs E[S] = (n_loop+1)/2 passes instead of n_loop."""
-        cfg = self.config
-        n = self.loop_count(schedule)
-        fwd, bwd = n, (min(cfg.bptt_loops, n) if cfg.bptt_loops else n)
-        if training and cfg.elastic == "shortcut":
-            fwd, bwd = fwd + n / 2, bwd + n / 2
-        elif training and cfg.elastic == "random_depth":
-            fwd = bwd = (n + 1) / 2
-        return [(fwd, bwd) if self.part(i) == "loop" else (1, 1) for i in range(len(self.blocks))]
-
-    def module_executions(self, training=True, schedule=None):
-        """Runs per token (forward, backward) of the modules that do not run exactly once per token, for
-        scaling.py: the end-of-pass norm runs once per pass, the module between the passes as its runs() says (a
-        linear injection once per pass; hyper-connection lane mixing is its extra_macs()); the loop embedders and
-        the adaLN modulators of TMLT / LoopFormer work once per pass per sequence (0 per token)."""
-        cfg = self.config
-        per_pass = self.block_executions(training, schedule)[cfg.n_prelude]
-        runs = self.between.runs(per_pass)
-        out = {} if runs is None else {self.between_name: runs}
-        if self.norm_loop is not None:
-            out["norm_loop"] = per_pass
-        out.update({name: (0, 0) for name in ("loop_embed", "step_embed") if getattr(self, name) is not None})
-        if cfg.loop_cond in ("index", "loopformer"):
-            out.update({f"blocks.{i}.modulator": (0, 0) for i in range(len(self.blocks)) if self.part(i) == "loop"})
-        return out
-
-    # ---- elastic depth ----
-    def resolve_schedule(self, schedule=None):
-        """A schedule is a list of step sizes dt summing to 1 (one pass each), or an int M (M uniform steps): elastic
-        evaluation at budget M (Jeddi et al. 2026, Algorithm 2). None means the trained depth, n_loop uniform steps."""
-        if schedule is None:
-            return uniform_schedule(self.config.n_loop)
-        if isinstance(schedule, int):
-            schedule = uniform_schedule(schedule)
-        schedule = [float(s) for s in schedule]
-        if not schedule or min(schedule) <= 0 or abs(sum(schedule) - 1) > 1e-6:
-            raise ValueError(f"a schedule is a non-empty list of positive step sizes summing to 1 (or an int), "
-                             f"got {schedule}")
-        most = self.between.max_passes
-        if most is not None and len(schedule) > most:
-            raise ValueError(f"{type(self.between).__name__} has parameters for n_loop={most} passes; "
-                             f"a schedule of {len(schedule)} steps is too long")
-        return schedule
-
-    # ---- the depth walk ----
-    def loop_embedding(self, loop, t, dt):
-        """The conditioning vector c (1, C) of one pass, or None: TMLT embeds the loop index (0-based), IterAdaLN
-        the iteration k = loop + 1, LoopFormer e_t(t_{i-1}) + e_dt(dt_i)."""
-        kind = self.config.loop_cond
-        if kind == "none":
-            return None
-        if kind == "index":
-            return self.loop_embed(loop)
-        if kind == "iteradaln":
-            return self.loop_embed(loop + 1)
-        return self.loop_embed(t) + self.step_embed(dt)
-
-    def block_cond(self, i, c):
-        """What block i receives as `cond` in a pass conditioned by the vector c (None: an unconditioned step)."""
-        return LoopCond(self.blocks[i].modulator, c) if c is not None else None
-
-    def run_block(self, i, x, rope, cache, slot, loop, c, aux):
-        """Run block i in pass `loop` conditioned by c; returns (its output, the conditioning it ran with)."""
-        cond = self.block_cond(i, c)
-        res_scale = self.res_scales[i] if self.res_scales is not None else 1.0
-        x, block_aux = self.blocks[i](x, rope, cache, slot, cond, res_scale, loop)
-        add_aux(aux, block_aux)
-        return x, cond
-
-    def walk(self, x, rope, cache=None, aux=None, schedule=None):
-        """Yield (Label, state, conditioning) after every effective layer. x: embedded input (B, T, C). At the last
-        layer of a pass (boundary=True) the state is what the coda would read: after the end-of-pass norm, and with
-        hyper-connections the pooled lanes. conditioning: the LoopCond the layer ran with, or None. Passes before the
-        last bptt_loops run without a graph. schedule: the passes' step sizes (resolve_schedule)."""
-        cfg = self.config
-        aux = {} if aux is None else aux
-        steps = self.resolve_schedule(schedule)
-        P, K = cfg.n_prelude, cfg.n_layer
-        index = 0
-        if self.norm_embed is not None:
-            x = self.norm_embed(x)
-        for i in range(P):
-            x, cond = self.run_block(i, x, rope, cache, index, 0, None, aux)
-            yield Label(index, i, 0, False, "prelude"), x, cond
-            index += 1
-
-        e = x  # the prelude output, injected into every pass
-        state = self.between.start(e)
-        n_frozen = len(steps) - cfg.bptt_loops if (cfg.bptt_loops and torch.is_grad_enabled()) else 0
-        t = 0.0
-        for loop, dt in enumerate(steps):
-            # truncated BPTT (Schwethelm et al. 2026, App. G.1): the first passes build no graph, which detaches the
-            # state they hand on. Never yield inside the no_grad block: the caller would run without grad too.
-            frozen = torch.no_grad() if loop < n_frozen else nullcontext()
-            with frozen:
-                c = self.loop_embedding(loop, t, dt)
-                u = u_in = self.between.read(state, e, loop)  # the pass input
-            for j in range(K):
-                with frozen:
-                    u, cond = self.run_block(P + j, u, rope, cache, index, loop, c, aux)
-                if j < K - 1:
-                    yield Label(index, P + j, loop, False, "loop"), u, cond
-                    index += 1
-            with frozen:
-                s = self.norm_loop(u) if self.norm_loop is not None else u
-                state = self.between.write(state, s, u_in, loop)
-                h = self.between.pool(state)
-            yield Label(index, P + K - 1, loop, True, "loop"), h, cond
-            index += 1
-            t += dt
-
-        yield from self.coda(h, rope, cache, aux, index)
-
-    def coda(self, x, rope, cache, aux, index, first=0):
-        """Run the coda on x from its module `first` (counted within the coda) on, yielding (Label, state,
-        conditioning) after each; index: the effective-layer index (and KV-cache slot) of that first module. The walk
-        ends with it, and final_state runs it on an early exit."""
-        start = self.config.n_prelude + self.config.n_layer
-        for j in range(first, self.config.n_coda):
-            x, cond = self.run_block(start + j, x, rope, cache, index, 0, None, aux)
-            yield Label(index, start + j, 0, False, "coda"), x, cond
-            index += 1
-
-    def final_state(self, h, label=None, cache=None):
-        """The state the final norm reads, from a state anywhere in the walk. An early exit before the end of the
-        coda runs the rest of the coda on it (its KV-cache slots are the last ones of the cache, written by every
-        token); a state in the middle of a pass first gets the end-of-pass norm. label None means h is final."""
-        cfg = self.config
-        if label is not None and label.part == "loop" and not label.boundary and self.norm_loop is not None:
-            h = self.norm_loop(h)
-        if label is None:
-            return h
-        first = label.layer + 1 - (cfg.n_prelude + cfg.n_layer) if label.part == "coda" else 0
-        if first >= cfg.n_coda:
-            return h
-        pos = cache.pos if cache is not None else 0
-        slot = len(cache.slots) - (cfg.n_coda - first) if cache is not None else 0  # (no cache: no slot is read)
-        return last(self.coda(h, self.rope(pos, h.size(1)), cache, {}, slot, first))[1]
-
-    # ---- training objectives for elastic depth (Jeddi et al. 2026, arXiv:2602.11451) ----
-    def forward(self, idx, targets=None, cache=None, schedule=None, rng=None):
-        """As GPT.forward. In training mode with elastic != 'none' the objective adds weighted terms to aux, drawing
-        from rng (a numpy Generator: trajectory_rng(seed, micro-batch index); None: fresh entropy, not reproducible):
-        shortcut      LoopFormer: aux['shortcut_ce'] = l1*CE(a sampled shortcut trajectory), aux['consistency'] =
-                      l2*MSE(stopgrad(final-normed state of the full trajectory), that of the shortcut)
-        early_exit    Base-Loop-EE-Cons / TMLT-EE: the same two terms for the state after S ~ U{1..L-1} plain
-                      passes of the same walk (an unconditioned or index-conditioned loop stopped early)
-        random_depth  Naive-Loop-EE [INF: "akin to Recurrent Depth", Geiping et al. 2025]: the loss is the CE
-                      after S ~ U{1..L} passes, S drawn per micro-batch."""
-        cfg = self.config
-        if not (self.training and targets is not None and cache is None and cfg.elastic != "none"):
-            return super().forward(idx, targets, cache, schedule)
-        rng = np.random.default_rng() if rng is None else rng
-        x, rope, aux = self.embed(idx), self.rope(0, idx.size(1)), {}
-        L = self.loop_count(schedule)
-        if cfg.elastic == "random_depth":
-            label, h = last(self.walk(x, rope, None, aux, schedule=int(rng.integers(1, L + 1))))
-            logits = self.readout(h, label)
-            return logits, self.loss(logits, targets), aux
-        if cfg.elastic == "shortcut":
-            label, h = last(self.walk(x, rope, None, aux, schedule))
-            units = sample_trajectory(L, rng, cfg.trajectory_sampler)
-            short_aux = {}
-            label_s, h_s = last(self.walk(x, rope, None, short_aux, schedule=[u / L for u in units]))
-            add_aux(aux, {k: cfg.shortcut_weight * v for k, v in short_aux.items()})  # the MoE terms of that pass
-        else:  # early_exit: the state after S passes of the full walk
-            S = int(rng.integers(1, L))
-            label_s = h_s = None
-            for label, h, _ in self.walk(x, rope, None, aux, schedule):
-                if label.boundary and label.loop == S - 1:
-                    label_s, h_s = label, h
-        final, final_s = self.final_state(h, label), self.final_state(h_s, label_s)
-        logits, logits_s = self.logits(final), self.logits(final_s)
-        loss = self.loss(logits, targets)
-        aux["shortcut_ce"] = cfg.shortcut_weight * self.loss(logits_s, targets)
-        if cfg.consistency_on == "hidden":  # Algorithm 1 and the released code: the final-normed hidden state
-            a, b = self.norm_f(final), self.norm_f(final_s)
-        else:  # the paper's prose: per-token logits
-            a, b = logits.float(), logits_s.float()
-        aux["consistency"] = cfg.consistency_weight * F.mse_loss(b, a.detach())
-        return logits, loss, aux
-
-    # ---- optimizer groups ----
-    def param_role(self, name, p):
-        """As GPT, plus: the parameters between the passes take their module's role if it names one
-        (hyper-connection scalars: 'norm', no decay, no muP LR scale); under residual_scaling='factorized' the norm
-        gains inside blocks are 'block_norm' (they take the depth LR rule)."""
-        if self.between.role is not None and name.startswith(self.between_name + "."):
-            return self.between.role
-        role = super().param_role(name, p)
-        if role == "norm" and name.startswith("blocks.") and self.config.residual_scaling == "factorized":
-            return "block_norm"
-        return role
-
-    def lr_multiplier(self, name):
-        """cond_lr_scale for the per-pass conditioning: the blocks' modulators and the loop/step embedders."""
-        cond = ".modulator." in name or name.startswith(("loop_embed.", "step_embed."))
-        return self.config.cond_lr_scale if cond else 1.0
-
-    def group_scales(self, role):
-        """muP's (lr, eps) multipliers times Wang et al.'s depth rule under residual_scaling='factorized':
-        hidden LR and eps, and the block norms', x (n_layer/12)^-1/2; embedding, head and final norm unscaled."""
-        lr_scale, eps_scale = super().group_scales(role)
-        if role in ("hidden", "block_norm"):
-            m = depth_lr_factor(self.config)
-            lr_scale, eps_scale = lr_scale * m, eps_scale * m
-        return lr_scale, eps_scale
+def consistency_pair(model, targets, final, final_s, aux):
+    """(logits, loss) of the full trajectory's final state, and into aux, weighted, the shortcut (or early-exit)
+    cross-entropy and the consistency MSE between the full trajectory's final state (stop-gradient) and the shorter
+    one's."""
+    cfg = model.config
+    logits, logits_s = model.logits(final), model.logits(final_s)
+    loss = model.loss(logits, targets)
+    aux["shortcut_ce"] = cfg.shortcut_weight * model.loss(logits_s, targets)
+    if cfg.consistency_on == "hidden":  # Algorithm 1 and the released code: the final-normed hidden state
+        a, b = model.norm_f(final), model.norm_f(final_s)
+    else:  # the paper's prose: per-token logits
+        a, b = logits.float(), logits_s.float()
+    aux["consistency"] = cfg.consistency_weight * F.mse_loss(b, a.detach())
+    return logits, loss
 
 
-def last(walk):
-    """The final (Label, state) of a walk."""
-    label = h = None
-    for label, h, _ in walk:
-        pass
-    return label, h
+def shortcut_objective(model, x, rope, targets, rng, schedule, aux):
+    """LoopFormer: aux['shortcut_ce'] = l1*CE(a sampled shortcut trajectory), aux['consistency'] = l2*MSE(stopgrad(
+    final-normed state of the full trajectory), that of the shortcut); the shortcut's MoE terms weighted by l1."""
+    cfg = model.config
+    L = model.loop_count(schedule)
+    label, h = last(model.walk(x, rope, None, aux, schedule))
+    units = TRAJECTORY_SAMPLERS[cfg.trajectory_sampler](L, rng)
+    short_aux = {}
+    label_s, h_s = last(model.walk(x, rope, None, short_aux, schedule=[u / L for u in units]))
+    add_aux(aux, {k: cfg.shortcut_weight * v for k, v in short_aux.items()})
+    return consistency_pair(model, targets, model.final_state(h, label), model.final_state(h_s, label_s), aux)
 
 
-# -----------------------------------------------------------------------------------------------------------------
-# building and loading
+def early_exit_objective(model, x, rope, targets, rng, schedule, aux):
+    """Base-Loop-EE-Cons / TMLT-EE: the same two terms for the state after S ~ U{1..L-1} plain passes of the same
+    walk (an unconditioned or index-conditioned loop stopped early)."""
+    S = int(rng.integers(1, model.loop_count(schedule)))
+    label_s = h_s = None
+    for label, h, _ in model.walk(x, rope, None, aux, schedule):
+        if label.boundary and label.loop == S - 1:
+            label_s, h_s = label, h
+    return consistency_pair(model, targets, model.final_state(h, label), model.final_state(h_s, label_s), aux)
 
 
-def build_model(config):
-    """GPT for a plain config, LoopedGPT for anything with a looping key off its default."""
-    if not is_plain(config):
-        return LoopedGPT(config)
-    return GPT(config)
+def random_depth_objective(model, x, rope, targets, rng, schedule, aux):
+    """Naive-Loop-EE [INF: "akin to Recurrent Depth", Geiping et al. 2025]: the loss is the CE after S ~ U{1..L}
+    passes, S drawn per micro-batch."""
+    S = int(rng.integers(1, model.loop_count(schedule) + 1))
+    label, h = last(model.walk(x, rope, None, aux, schedule=S))
+    logits = model.readout(h, label)
+    return logits, model.loss(logits, targets)
 
 
-def pick_device(name):
-    """The torch device for a script's device key: auto = cuda if there is one, else cpu."""
-    return ("cuda" if torch.cuda.is_available() else "cpu") if name == "auto" else name
+class Elastic:
+    """An elastic training objective: objective(model, x, rope, targets, rng, schedule, aux) -> (logits, loss) in
+    training mode; runs(fwd, bwd, n) -> the shared blocks' expected (forward, backward) runs per token of one training
+    step with n passes (scaling.py); check(cfg) -> a config error or None."""
+
+    def __init__(self, objective, runs, check=None):
+        self.objective, self.runs, self.check = objective, runs, check or (lambda cfg: None)
 
 
-def read_checkpoint(path, device="cpu", weights=True):
-    """The checkpoint dict of a train.py run: a ckpt.pt file, or the ckpt/ directory of an --fsdp run (see
-    read_sharded_model; weights=False leaves its weights on disk). A missing, empty or truncated file is one line
-    saying what to do."""
-    sharded = os.path.isdir(path)
-    file = os.path.join(path, "run.pt") if sharded else path  # a sharded checkpoint's run state (train.save_sharded)
-    if not os.path.exists(file):
-        raise ConfigError(f"no checkpoint at {path}: pass the out_dir of a train.py run")
-    try:
-        ckpt = torch.load(file, map_location=device, weights_only=True)
-    except Exception as e:  # torch reports a cut-off or empty file as one of several errors, each with a traceback
-        raise ConfigError(f"{file} is not a readable checkpoint ({os.path.getsize(file):,} bytes: {str(e)[:80]}); "
-                          "it was cut off or is not a train.py checkpoint: train again or use another run") from None
-    if sharded and weights and isinstance(ckpt, dict):
-        ckpt["model"] = read_sharded_model(path, device)
-    if not (isinstance(ckpt, dict) and "model_config" in ckpt and ("model" in ckpt or not weights)):
-        raise ConfigError(f"{path} is not a train.py checkpoint (no model / model_config entries)")
-    return ckpt
-
-
-def read_sharded_model(path, device="cpu"):
-    """The model's state dict, whole, from a torch.distributed.checkpoint directory written by train.py --fsdp, in
-    one process: tensors of the shapes its metadata lists, filled by dcp.load from the shards of every rank (any
-    number of them). Only the weights are read, in place: no converted copy on disk, and the optimizer state,
-    twice the weights' size, stays unread. (torch.distributed.checkpoint.format_utils converts the whole
-    directory to one torch.save file, for tools that want one.)"""
-    import torch.distributed.checkpoint as dcp
-    listed = dcp.FileSystemReader(path).read_metadata().state_dict_metadata
-    model = {key.removeprefix("model."): torch.empty(m.size, dtype=m.properties.dtype, device=device)
-             for key, m in listed.items() if key.startswith("model.")}
-    with warnings.catch_warnings():  # "assuming the intent is to load in a single process": it is
-        warnings.simplefilter("ignore", UserWarning)
-        dcp.load({"model": model}, checkpoint_id=path, no_dist=True)
-    return model
-
-
-def checkpoint_of(run_dir):
-    """The checkpoint in a run directory: ckpt.pt, or ckpt/ (DCP) of an --fsdp run; any other path as it is."""
-    if not os.path.isdir(run_dir) or os.path.exists(os.path.join(run_dir, "run.pt")):
-        return run_dir
-    sharded = os.path.join(run_dir, "ckpt")
-    return sharded if os.path.isdir(sharded) else os.path.join(run_dir, "ckpt.pt")
-
-
-def load_model(run_dir, device="cpu"):
-    """(model in eval mode, checkpoint dict) from a run directory's checkpoint (or a path to one)."""
-    ckpt = read_checkpoint(checkpoint_of(run_dir), device)
-    model = build_model(GPTConfig(**ckpt["model_config"]))
-    model.load_state_dict(ckpt["model"])
-    return model.to(device).eval(), ckpt
+ELASTIC = {
+    "none": None,
+    # the shortcut pass runs E[S] = n/2 more passes
+    "shortcut": Elastic(shortcut_objective, lambda fwd, bwd, n: (fwd + n / 2, bwd + n / 2),
+                        lambda cfg: None if cfg.loop_cond == "loopformer" else
+                        "elastic='shortcut' trains LoopFormer trajectories: set loop_cond='loopformer' "
+                        "(or use elastic='early_exit')"),
+    "early_exit": Elastic(early_exit_objective, lambda fwd, bwd, n: (fwd, bwd)),
+    # E[S] = (n+1)/2 passes instead of n
+    "random_depth": Elastic(random_depth_objective, lambda fwd, bwd, n: ((n + 1) / 2, (n + 1) / 2)),
+}

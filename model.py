@@ -1,29 +1,32 @@
 """
-The plain decoder-only transformer (the "Base" model of Lee et al. 2026, arXiv:2605.09165) and the one config
-dataclass every script shares.
+The model: GPTConfig, the one config every script shares, and GPT, the one model class.
 
-    GPT: token embedding -> depth (each Block once) -> final RMSNorm -> head
+    GPT: token embedding -> the depth plan (loop.py) -> final RMSNorm -> head
 
-Everything looped lives in loop.py (LoopedGPT subclasses GPT) and everything MoE in moe.py; this file holds
-the parts they share: GPTConfig, RMSNorm, RoPE, attention (SDPA, flash kernels on CUDA), the MLPs, Block with
-its hooks (per-loop conditioning, residual multiplier, sandwich norm, MoE), the KV cache, muP-aware init and
-optimizer parameter groups.
+A plain transformer (the "Base" model of Lee et al. 2026, arXiv:2605.09165) is the one-pass plan of n_layer
+layers; a looped model's plan runs a prelude, n_loop passes of a shared block and a coda. GPT.walk is a loop over
+the plan that yields the hidden state after every step with its Label (and the conditioning the step ran with):
+forward(), cached decoding, early exit and every analysis use that one walk. What varies between looped models
+(injection, per-pass conditioning, residual rules, elastic objectives) are rows of loop.py's registries; the MoE
+layers are moe.py's.
 
-One method walks the depth: `GPT.walk` yields the hidden state after every effective layer with its Label (and
-the conditioning the layer ran with).
-forward(), early exit and every analysis use that same walk, so there is one code path for all of them.
+Also here: RMSNorm, RoPE, attention (SDPA, flash kernels on CUDA; optional MLA), the MLPs, Block with its hooks
+(per-pass conditioning, residual multiplier, sandwich norm, MoE), the KV cache, muP init and optimizer groups,
+all written with torch's own operations; kernels.py swaps in faster CPU versions of three of them.
 """
 import functools
 import math
-from collections import namedtuple
 from contextlib import nullcontext
 from dataclasses import dataclass, asdict
 
+import numpy as np
 import torch
 import torch.nn as nn
 import torch.utils.checkpoint
 import torch.nn.functional as F
 
+from loop import (BETWEEN_PASSES, CONDITIONING, ELASTIC, RESIDUAL_RULES, TRAJECTORY_SAMPLERS, Label, LoopCond,  # noqa: F401
+                  ScalarEmbedder, add_aux, between_passes_kind, depth_lr_factor, make_plan, resolve_schedule)
 from moe import make_ffn, recomputing, update_biases
 
 
@@ -148,17 +151,14 @@ class GPTConfig:
         need(self.n_expert == 0 or self.moe_d_ff or self.d_ff % (self.top_k + self.n_shared_expert) == 0,
              f"d_ff={self.d_ff} is not divisible by top_k + n_shared_expert = {self.top_k + self.n_shared_expert}; "
              "set moe_d_ff (the hidden size of one expert) explicitly")
-        # looping (loop.py)
+        # looping (loop.py): the checks of the registry rows this config picks
         need(0 <= self.bptt_loops <= self.n_loop, f"bptt_loops={self.bptt_loops} must be in 0..n_loop={self.n_loop} "
              "(0 = all)")
-        need(self.hc_lanes != 1, "hc_lanes must be 0 (off) or >= 2 (Schwethelm et al. use 2)")
-        need(self.hc_lanes == 0 or self.injection == "none",
-             f"hyper-connections replace the input injection: set injection='none' (got {self.injection!r})")
         need(self.cond_lr_scale > 0, f"cond_lr_scale must be > 0 (1 = the model's LR), got {self.cond_lr_scale}")
         need(self.elastic == "none" or self.n_loop >= 2, f"elastic={self.elastic!r} needs n_loop >= 2")
-        need(self.elastic != "shortcut" or self.loop_cond == "loopformer",
-             "elastic='shortcut' trains LoopFormer trajectories: set loop_cond='loopformer' "
-             "(or use elastic='early_exit')")
+        elastic = ELASTIC[self.elastic]
+        for problem in (between_passes_kind(self).check(self), elastic.check(self) if elastic else None):
+            need(problem is None, problem)
 
     @property
     def rope_dim(self):
@@ -178,15 +178,14 @@ class GPTConfig:
         return asdict(self)
 
 
-# the allowed values of GPTConfig's enum keys (checked when a config is made, so a typo stops before any work)
+# the allowed values of GPTConfig's enum keys (checked when a config is made, so a typo stops before any work); the
+# registries of loop.py and moe.py are the choices themselves, so a row registered there is a valid value here
 CHOICES = dict(
     mlp=("swiglu", "gelu", "relu2"), pos_emb=("rope", "learned"), attn=("mha", "mla"), init=("normal", "uniform"),
-    proj_init=("default", "gpt2"),
-    injection=("none", "linear", "additive"), hc_pool=("mean", "sum"),
-    residual_scaling=("none", "sqrt", "linear", "factorized"), loop_cond=("none", "index", "loopformer", "iteradaln"),
-    cond_init=("zero", "normal"), elastic=("none", "shortcut", "early_exit", "random_depth"),
-    consistency_on=("hidden", "logits"), trajectory_sampler=("greedy", "uniform"),
-    moe_router=("softmax", "sigmoid"), moe_dispatch=("auto", "grouped", "batched", "loop"),
+    proj_init=("default", "gpt2"), injection=BETWEEN_PASSES, hc_pool=("mean", "sum"), residual_scaling=RESIDUAL_RULES,
+    loop_cond=CONDITIONING, cond_init=("zero", "normal"), elastic=ELASTIC, consistency_on=("hidden", "logits"),
+    trajectory_sampler=TRAJECTORY_SAMPLERS, moe_router=("softmax", "sigmoid"),
+    moe_dispatch=("auto", "grouped", "batched", "loop"),
 )
 
 
@@ -195,55 +194,17 @@ CHOICES = dict(
 RESIDUAL_PROJECTIONS = ("c_proj.weight", ".w_down", ".shared_down")
 
 
-# Where a hidden state sits in the depth: effective-layer index (also the KV-cache slot), physical layer,
-# loop index, whether it ends a pass of the loop, and the part (prelude | loop | coda).
-Label = namedtuple("Label", "index layer loop boundary part")
-
-
 class RMSNorm(nn.Module):
+    """y = x / sqrt(mean(x^2) + eps) * weight (Zhang & Sennrich 2019), over the last dimension; no weight when
+    gain=False (Lee et al. 2026 use none)."""
+
     def __init__(self, dim, eps=1e-6, gain=False):
         super().__init__()
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(dim)) if gain else None
 
     def forward(self, x):
-        return rms_norm(x, self.weight, self.eps)
-
-
-class _RMSNorm(torch.autograd.Function):
-    """y = x / sqrt(mean(x^2) + eps) * weight, computed in fp32 for bf16/fp16 inputs, output in x's dtype (as
-    F.rms_norm). Why not F.rms_norm: on CPU it decomposes into ~6 elementwise ops forward and ~10 backward;
-    this is 2 forward and 4 backward. Backward, with xh = x*r and r = rsqrt(mean(x^2) + eps):
-    dx = r * (g' - xh * mean(g' * xh)), g' = g * weight; dweight = sum over rows of g * xh."""
-
-    @staticmethod
-    def forward(ctx, x, weight, eps):
-        xf = x.to(torch.promote_types(x.dtype, torch.float32))
-        r = torch.linalg.vector_norm(xf, dim=-1, keepdim=True).square_().div_(x.size(-1)).add_(eps).rsqrt_()
-        y = xf * r
-        if weight is not None:
-            y.mul_(weight)
-        ctx.save_for_backward(x, r, weight)
-        return y.to(x.dtype)
-
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx, g):
-        x, r, weight = ctx.saved_tensors
-        xh = x.to(r.dtype) * r
-        g = g.to(r.dtype)
-        dweight = None
-        if weight is not None:
-            if ctx.needs_input_grad[1]:
-                dweight = (g * xh).flatten(0, -2).sum(0).to(weight.dtype)
-            g = g * weight
-        mean_gx = torch.linalg.vecdot(g, xh).unsqueeze(-1).div_(x.size(-1))
-        return torch.addcmul(g, xh, mean_gx, value=-1).mul_(r).to(x.dtype), dweight, None
-
-
-def rms_norm(x, weight=None, eps=1e-6):
-    """RMSNorm over the last dimension (weight: optional gain of that size)."""
-    return _RMSNorm.apply(x, weight, eps)
+        return F.rms_norm(x, (x.size(-1),), self.weight, self.eps)
 
 
 def rope_tables(head_dim, length, base, device=None):
@@ -257,35 +218,9 @@ def apply_rope(x, cos, sin):
     """x: (B, H, T, D); rotates the two halves of the head dimension as complex pairs:
     (x1, x2) -> (x1 cos - x2 sin, x1 sin + x2 cos)."""
     cos, sin = cos.to(x.dtype), sin.to(x.dtype)
-    if torch.compiler.is_compiling():  # inductor fuses this formula into one kernel forward and one backward
-        d = x.size(-1) // 2
-        x1, x2 = x[..., :d], x[..., d:]
-        return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
-    return _RoPE.apply(x, cos, sin)
-
-
-class _RoPE(torch.autograd.Function):
-    """Eager RoPE: writes both halves in place (no cat, no temporaries) and saves no activations; a rotation's
-    backward is the rotation by the opposite angle."""
-
-    @staticmethod
-    def forward(ctx, x, cos, sin):
-        ctx.save_for_backward(cos, sin)
-        return _rotate(x, cos, sin)
-
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx, g):
-        cos, sin = ctx.saved_tensors
-        return _rotate(g, cos, -sin), None, None
-
-
-def _rotate(x, cos, sin):
     d = x.size(-1) // 2
-    out = torch.empty_like(x)
-    torch.mul(x[..., :d], cos, out=out[..., :d]).addcmul_(x[..., d:], sin, value=-1)
-    torch.mul(x[..., d:], cos, out=out[..., d:]).addcmul_(x[..., :d], sin)
-    return out
+    x1, x2 = x[..., :d], x[..., d:]
+    return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
 
 
 class KVCache:
@@ -323,9 +258,10 @@ class CausalSelfAttention(nn.Module):
         self.c_k = nn.Linear(config.n_embd, inner, bias=False)
         self.c_v = nn.Linear(config.n_embd, inner, bias=False)
         self.c_proj = nn.Linear(inner, config.n_embd, bias=False)
-        self.qk_norm = config.qk_norm
+        self.norm_qk = RMSNorm(config.head_dim, config.norm_eps) if config.qk_norm else None  # gain-free
         self.use_rope = config.pos_emb == "rope"
-        self.eps = config.norm_eps
+
+    rotate = staticmethod(apply_rope)  # (kernels.py swaps in the CPU fast path)
 
     def forward(self, x, rope, cache=None, slot=0):
         B, T, C = x.shape
@@ -341,9 +277,9 @@ class CausalSelfAttention(nn.Module):
         B, T, _ = t.shape
         t = t.view(B, T, self.n_head, self.head_dim).transpose(1, 2)
         if self.use_rope:
-            t = apply_rope(t, *rope)
-        if self.qk_norm:
-            t = rms_norm(t, None, self.eps)
+            t = self.rotate(t, *rope)
+        if self.norm_qk is not None:
+            t = self.norm_qk(t)
         return t
 
     def cache_entry(self, x, rope):
@@ -393,6 +329,8 @@ class MLA(nn.Module):
         self.c_proj = nn.Linear(H * self.d_v, C, bias=False)
         self.use_rope = config.pos_emb == "rope"
 
+    rotate = staticmethod(apply_rope)  # (kernels.py swaps in the CPU fast path)
+
     def forward(self, x, rope, cache=None, slot=0):
         B, T, C = x.shape
         q = self.q_up(self.q_norm(self.q_down(x))) if self.q_down is not None else self.c_q(x)
@@ -417,14 +355,14 @@ class MLA(nn.Module):
         """RoPE on the last d_rope dims of each head; the first d_nope dims carry no position."""
         if not self.use_rope:
             return t
-        return torch.cat([t[..., :self.d_nope], apply_rope(t[..., self.d_nope:], *rope)], dim=-1)
+        return torch.cat([t[..., :self.d_nope], self.rotate(t[..., self.d_nope:], *rope)], dim=-1)
 
     def cache_entry(self, x, rope):
         """What the KV cache stores for x: (c,), c = [norm(c_KV); RoPE(k_rope)] of shape (B, 1, T, kv_rank +
         d_rope), one entry per token for all heads (early_exit.py fills the slots of skipped layers with it)."""
         latent, k_rope = self.kv_down(x).unsqueeze(1).split([self.kv_rank, self.d_rope], dim=-1)
         if self.use_rope:
-            k_rope = apply_rope(k_rope, *rope)
+            k_rope = self.rotate(k_rope, *rope)
         return torch.cat([self.kv_norm(latent), k_rope], dim=-1),
 
     def up_project(self, c):
@@ -554,127 +492,119 @@ def modulate(h, scale, shift):
     return h
 
 
-def add_aux(total, aux):
-    """Accumulate an MoE layer's auxiliary terms (a dict of scalars) into the running dict."""
-    if aux:
-        for k, v in aux.items():
-            total[k] = total[k] + v if k in total else v
-
-
-def cpu_kernels(t):
-    """True where the hand-written CPU kernel (_ChunkedCrossEntropy) runs: eager, on the CPU. On a GPU and under
-    torch.compile the plain formula runs instead. (Tests patch this to run the GPU path on a CPU.)"""
-    return t.device.type == "cpu" and not torch.compiler.is_compiling()
-
-
-def cross_entropy(logits, targets, ignore_index=-1):
-    """F.cross_entropy(logits.float(), targets, ignore_index=ignore_index): the mean over the kept targets.
-    logits: (N, V); targets: (N,). Eager on the CPU: the chunked kernel below (no fp32 copy of the logits, rows in
-    chunks that stay in cache). On a GPU (where GPT.compile_blocks compiles GPT.loss) and under torch.compile: the
-    plain formula, which inductor fuses into one pass over the logits, and which never reads a value on the host."""
-    if not cpu_kernels(logits):
-        return F.cross_entropy(logits.float(), targets, ignore_index=ignore_index)
-    with_grad = torch.is_grad_enabled() and logits.requires_grad  # (ctx.needs_input_grad ignores no_grad)
-    return _ChunkedCrossEntropy.apply(logits, targets, ignore_index, with_grad)
-
-
-class _ChunkedCrossEntropy(torch.autograd.Function):
-    """Per row: loss = logsumexp(z) - z[target]; d loss / dz = softmax(z) - onehot(target), times 1/n_kept.
-    The forward computes that gradient too, chunk by chunk in fp32 while the chunk is in cache, and stores it
-    once in the logits' dtype: the logits are read once and the gradient written once (F.cross_entropy on
-    logits.float() makes ~8 full-size passes, a big part of a step for a 50k vocabulary on CPU). CPU only: its
-    backward reads the incoming gradient on the host (free on a CPU, a sync on a GPU)."""
-
-    @staticmethod
-    def forward(ctx, logits, targets, ignore_index, with_grad):
-        N, V = logits.shape
-        keep = targets != ignore_index
-        safe = torch.where(keep, targets, 0)
-        fp = torch.promote_types(logits.dtype, torch.float32)
-        scale = keep.to(fp) / keep.sum()  # (N,): 1/n_kept, 0 for ignored rows (nan if none is kept, as torch)
-        picked = logits.gather(1, safe[:, None]).squeeze(1).to(fp)
-        lse = torch.empty(N, dtype=fp, device=logits.device)
-        grad = torch.empty_like(logits) if with_grad else None
-        chunk_elems = 2 ** 18 * torch.get_num_threads()  # 1 MiB of fp32 per thread (L2)
-        rows = max(1, min(N, chunk_elems // V))
-        z = torch.empty(rows, V, dtype=fp, device=logits.device)
-        flat_target = torch.arange(N, device=logits.device) % rows * V + safe  # target's index in z.view(-1)
-        for i in range(0, N, rows):
-            j = min(i + rows, N)
-            zc = z[:j - i].copy_(logits[i:j])
-            m = zc.amax(-1, keepdim=True)
-            s = zc.sub_(m).exp_().sum(-1, keepdim=True)  # zc = exp(z - m)
-            lse[i:j] = (m + s.log()).squeeze(1)
-            if grad is not None:  # (softmax - onehot) * scale, in fp32 before rounding to the logits' dtype
-                zc.mul_(scale[i:j, None] / s)
-                zc.view(-1).index_add_(0, flat_target[i:j], scale[i:j], alpha=-1)
-                grad[i:j] = zc
-        ctx.save_for_backward(grad)
-        return (torch.where(keep, lse - picked, 0.0) * scale).sum()
-
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx, g):
-        grad, = ctx.saved_tensors
-        return (grad if float(g) == 1.0 else grad * g), None, None, None
-
-
 class GPT(nn.Module):
-    """The plain transformer, and the one-pass case of every method LoopedGPT (loop.py) overrides: both classes
-    take the same arguments, so callers never ask which one they hold. A schedule (the step sizes of the passes,
-    loop.py's elastic depth) and rng (the random generator of an elastic training objective) are arguments, never
-    state of the model."""
-    between = None  # what happens between loop passes (loop.py); a plain model has no passes to join
+    """The one model: token embedding -> the depth plan -> final norm -> head. The plan (loop.make_plan) lists the
+    steps of one forward pass: the prelude's layers, n_loop passes of the shared block's layers, the coda's layers;
+    a plain transformer is the one-pass plan of n_layer layers. Every looped model of the five papers is a config
+    of this class; what varies between them are rows of loop.py's registries (injection, conditioning, residual
+    rule, elastic objective). A schedule (the step sizes of the passes, elastic depth) and rng (the random
+    generator of an elastic training objective) are arguments, never state of the model.
 
-    def __init__(self, config):
+    self.blocks holds the prelude, the shared block and the coda modules, in that order; Label.layer indexes it.
+    res_scale: the multiplier on the shared blocks' branches, by default the residual rule's (analyze.py's
+    non-shared stack passes the one of a deeper loop)."""
+
+    def __init__(self, config, res_scale=None):
         super().__init__()
-        self.config = config
-        V, C = config.padded_vocab, config.n_embd
+        cfg = self.config = config
+        V, C = cfg.padded_vocab, cfg.n_embd
         self.wte = nn.Embedding(V, C)
-        self.wpe = nn.Embedding(config.block_size, C) if config.pos_emb == "learned" else None
-        self.blocks = nn.ModuleList(self.make_block(i) for i in range(self.n_block_modules()))
-        self.norm_f = RMSNorm(C, config.norm_eps, config.norm_gain)
+        self.wpe = nn.Embedding(cfg.block_size, C) if cfg.pos_emb == "learned" else None
+        self.blocks = nn.ModuleList(self.make_block(i) for i in range(cfg.n_prelude + cfg.n_layer + cfg.n_coda))
+        self.norm_f = RMSNorm(C, cfg.norm_eps, cfg.norm_gain)
         self.lm_head = nn.Linear(C, V, bias=False)
-        if config.tie_embeddings:
+        if cfg.tie_embeddings:
             self.lm_head.weight = self.wte.weight
-        if config.pos_emb == "rope":
-            cos, sin = rope_tables(config.rope_dim, config.block_size, config.rope_base)
+        if cfg.pos_emb == "rope":
+            cos, sin = rope_tables(cfg.rope_dim, cfg.block_size, cfg.rope_base)
             self.register_buffer("rope_cos", cos, persistent=False)
             self.register_buffer("rope_sin", sin, persistent=False)
+        # the loop's own parts: norms after the embedding and each pass (Schwethelm et al.), what runs between the
+        # passes (injection or hyper-connections, under its own name: inject | hc), the conditioning's embedders
+        self.norm_embed = RMSNorm(C, cfg.norm_eps, cfg.norm_gain) if cfg.loop_norm else None
+        self.norm_loop = RMSNorm(C, cfg.norm_eps, cfg.norm_gain) if cfg.loop_norm else None
+        between = between_passes_kind(cfg)(cfg)
+        self.add_module(between.name, between)
+        self.between_name = between.name
+        self.cond = CONDITIONING[cfg.loop_cond]
+        for name in ("loop_embed", "step_embed"):
+            setattr(self, name, ScalarEmbedder(C) if self.cond is not None and name in self.cond.embedders else None)
+        # the branch multipliers as a tensor, so that the compiled block never specialises on their value
+        rule = RESIDUAL_RULES[cfg.residual_scaling]
+        if rule.multiplier is not None or res_scale is not None:
+            eps = rule.multiplier(cfg) if res_scale is None else res_scale
+            scales = [eps if self.part(i) == "loop" else 1.0 for i in range(len(self.blocks))]
+            self.register_buffer("res_scales", torch.tensor(scales), persistent=False)
+        else:
+            self.res_scales = None
 
-    # ---- structure (LoopedGPT overrides these) ----
-    def n_block_modules(self):
-        return self.config.n_layer
+    # ---- structure ----
+    @property
+    def between(self):
+        """The module for what happens between loop passes (loop.between_passes_kind)."""
+        return getattr(self, self.between_name)
+
+    def part(self, i):
+        c = self.config
+        return "prelude" if i < c.n_prelude else "loop" if i < c.n_prelude + c.n_layer else "coda"
 
     def make_block(self, index):
-        """The FFN of layer `index` is an MoE layer when the config has experts (moe.py decides per layer)."""
-        return Block(self.config, make_ffn(self.config, index))
+        """Prelude, shared and coda layers are ordinary Blocks; the FFN of layer `index` is an MoE layer when the
+        config has experts (moe.py decides per layer). A conditioned shared block gets a modulator and affine-free
+        pre-norms (the modulation supplies the scale)."""
+        cfg = self.config
+        block = Block(cfg, make_ffn(cfg, index))
+        cond = CONDITIONING[cfg.loop_cond]
+        if cond is not None and self.part(index) == "loop":
+            block.norm_attn.weight = None
+            block.norm_ffn.weight = None
+            block.modulator = cond.modulator(cfg.n_embd, cfg.cond_init)
+        return block
 
     def resolve_schedule(self, schedule=None):
-        """The step sizes of the passes: a plain model makes one pass, [1.0] (None, 1 or [1.0] ask for it)."""
-        if not (schedule is None or schedule == 1 or (not isinstance(schedule, int) and list(schedule) == [1.0])):
-            raise ValueError(f"a plain model makes one pass: the schedule {schedule!r} needs a looped model")
-        return [1.0]
+        """The passes' step sizes (loop.resolve_schedule); None: the trained n_loop uniform steps."""
+        return resolve_schedule(self.config, schedule, self.between.max_passes)
 
     def loop_count(self, schedule=None):
         return len(self.resolve_schedule(schedule))
 
+    def plan(self, schedule=None):
+        """The Labels of one forward pass at the schedule, in order (loop.make_plan)."""
+        return make_plan(self.config, self.loop_count(schedule))
+
     def n_slots(self, schedule=None):
-        """KV-cache slots: one per executed (loop, layer) step."""
-        self.resolve_schedule(schedule)
-        return len(self.blocks)
+        """KV-cache slots: one per step of the plan."""
+        return len(self.plan(schedule))
 
     def block_executions(self, training=True, schedule=None):
-        """How often each module in self.blocks runs in one forward pass (and how many of those runs build a
-        graph for backward): a list of (forward runs, backward runs). scaling.py counts compute with it.
-        training=True adds the extra work of a training objective (none here)."""
-        self.resolve_schedule(schedule)
-        return [(1, 1)] * len(self.blocks)
+        """(forward runs, backward runs) per module of self.blocks in one forward pass at the schedule, which
+        scaling.py counts compute with. Truncated BPTT: the shared layers run n_loop times but build a graph only in
+        the last bptt_loops passes. training=True adds the elastic objective's expected extra work (loop.ELASTIC)."""
+        cfg = self.config
+        n = self.loop_count(schedule)
+        fwd, bwd = n, (min(cfg.bptt_loops, n) if cfg.bptt_loops else n)
+        elastic = ELASTIC[cfg.elastic]
+        if training and elastic is not None:
+            fwd, bwd = elastic.runs(fwd, bwd, n)
+        return [(fwd, bwd) if self.part(i) == "loop" else (1, 1) for i in range(len(self.blocks))]
 
     def module_executions(self, training=True, schedule=None):
-        """{module name: (forward runs, backward runs) per token} of the modules that do not run exactly once per
-        token (scaling.py): none in a plain model."""
-        return {}
+        """Runs per token (forward, backward) of the modules that do not run exactly once per token, for
+        scaling.py: the end-of-pass norm runs once per pass, the module between the passes as its runs() says (a
+        linear injection once per pass; hyper-connection lane mixing is its extra_macs()); the loop embedders, and
+        the modulators of a per-sequence conditioning (TMLT, LoopFormer), work once per pass per sequence (0 per
+        token)."""
+        per_pass = self.block_executions(training, schedule)[self.config.n_prelude]
+        runs = self.between.runs(per_pass)
+        out = {} if runs is None else {self.between_name: runs}
+        if self.norm_loop is not None:
+            out["norm_loop"] = per_pass
+        if self.cond is not None:
+            out.update({name: (0, 0) for name in self.cond.embedders})
+            if self.cond.per_sequence:
+                out.update({f"blocks.{i}.modulator": (0, 0) for i in range(len(self.blocks))
+                            if self.part(i) == "loop"})
+        return out
 
     def after_optimizer_step(self, world_size=1):
         """Work that follows each optimizer step: the bias-balancing update of MoE routers (moe.py)."""
@@ -694,21 +624,70 @@ class GPT(nn.Module):
             raise ValueError(f"sequence of {pos + T} tokens exceeds block_size={self.config.block_size}")
         return self.rope_cos[pos:pos + T], self.rope_sin[pos:pos + T]
 
+    def loop_embedding(self, loop, t, dt):
+        """The conditioning vector c (1, C) of pass `loop` (starting at time t with step size dt), or None."""
+        return self.cond.vector(self, loop, t, dt) if self.cond is not None else None
+
+    def block_cond(self, i, c):
+        """What block i receives as `cond` in a pass conditioned by the vector c (None: an unconditioned step)."""
+        return LoopCond(self.blocks[i].modulator, c) if c is not None else None
+
+    def run_block(self, i, x, rope, cache, slot, loop, c, aux):
+        """Run block i in pass `loop` conditioned by c; returns (its output, the conditioning it ran with)."""
+        cond = self.block_cond(i, c)
+        res_scale = self.res_scales[i] if self.res_scales is not None else 1.0
+        x, block_aux = self.blocks[i](x, rope, cache, slot, cond, res_scale, loop)
+        add_aux(aux, block_aux)
+        return x, cond
+
     def walk(self, x, rope, cache=None, aux=None, schedule=None):
-        """Yield (Label, hidden state, conditioning) after every effective layer. x: embedded input (B, T, C);
-        aux: a dict that collects the MoE layers' auxiliary terms; conditioning: what the block ran with (loop.py's
-        LoopCond, None here)."""
-        self.resolve_schedule(schedule)
+        """Yield (Label, state, conditioning) after every step of the plan. x: embedded input (B, T, C); aux: a
+        dict that collects the MoE layers' auxiliary terms. At the last layer of a pass (boundary=True) the state
+        is what the coda would read: after the end-of-pass norm, and with hyper-connections the pooled lanes.
+        conditioning: the LoopCond the layer ran with, or None. Passes before the last bptt_loops run without a
+        graph. schedule: the passes' step sizes (resolve_schedule)."""
+        cfg = self.config
         aux = {} if aux is None else aux
-        last = len(self.blocks) - 1
-        for i, block in enumerate(self.blocks):
-            x, block_aux = block(x, rope, cache, i)
-            add_aux(aux, block_aux)
-            yield Label(i, i, 0, i == last, "loop"), x, None
+        steps = self.resolve_schedule(schedule)
+        n_frozen = len(steps) - cfg.bptt_loops if (cfg.bptt_loops and torch.is_grad_enabled()) else 0
+        if self.norm_embed is not None:
+            x = self.norm_embed(x)
+        e = state = u_in = c = None
+        for label in make_plan(cfg, len(steps)):
+            # truncated BPTT (Schwethelm et al. 2026, App. G.1): the first passes build no graph, which detaches the
+            # state they hand on. Never yield inside the no_grad block: the caller would run without grad too.
+            looping = label.part == "loop"
+            frozen = torch.no_grad() if looping and label.loop < n_frozen else nullcontext()
+            with frozen:
+                if looping and label.layer == cfg.n_prelude:  # a pass begins: its conditioning and its input
+                    if label.loop == 0:
+                        e = x  # the prelude output, injected into every pass
+                        state = self.between.start(e)
+                    c = self.loop_embedding(label.loop, sum(steps[:label.loop]), steps[label.loop])
+                    x = u_in = self.between.read(state, e, label.loop)
+                x, cond = self.run_block(label.layer, x, rope, cache, label.index, label.loop,
+                                         c if looping else None, aux)
+                if label.boundary:  # a pass ends: the end-of-pass norm, then what the next pass and the coda read
+                    s = self.norm_loop(x) if self.norm_loop is not None else x
+                    state = self.between.write(state, s, u_in, label.loop)
+                    x = self.between.pool(state)
+            yield label, x, cond
 
     def final_state(self, h, label=None, cache=None):
-        """The state the final norm reads, from a state of the walk: h itself (LoopedGPT runs the rest of its
-        coda first)."""
+        """The state the final norm reads, from a state anywhere in the walk. An early exit before the end of the
+        coda runs the rest of the coda on it (its KV-cache slots are the last ones of the cache, written by every
+        token); a state in the middle of a pass first gets the end-of-pass norm. label None means h is final."""
+        cfg = self.config
+        if label is None:
+            return h
+        if label.part == "loop" and not label.boundary and self.norm_loop is not None:
+            h = self.norm_loop(h)
+        coda = cfg.n_prelude + cfg.n_layer
+        first = label.layer + 1 - coda if label.part == "coda" else 0
+        pos = cache.pos if cache is not None else 0
+        for j in range(first, cfg.n_coda):
+            slot = len(cache.slots) - (cfg.n_coda - j) if cache is not None else 0  # (no cache: no slot is read)
+            h, _ = self.run_block(coda + j, h, self.rope(pos, h.size(1)), cache, slot, 0, None, {})
         return h
 
     def readout(self, h, label=None, cache=None):
@@ -726,8 +705,16 @@ class GPT(nn.Module):
     def forward(self, idx, targets=None, cache=None, schedule=None, rng=None):
         """Returns (logits, loss, aux). loss is the next-token cross entropy (None without targets); aux holds
         the extra terms of the training objective, already weighted (MoE balancing, LoopFormer shortcuts...):
-        train on loss + sum(aux.values()). schedule: the passes' step sizes (None: the trained depth); rng: the
-        random generator of an elastic training objective (LoopedGPT)."""
+        train on loss + sum(aux.values()). schedule: the passes' step sizes (None: the trained depth). In training
+        mode with an elastic objective (loop.ELASTIC) that objective runs, drawing from rng (a numpy Generator:
+        loop.trajectory_rng(seed, micro-batch index); None: fresh entropy, not reproducible)."""
+        elastic = ELASTIC[self.config.elastic]
+        if elastic is not None and self.training and targets is not None and cache is None:
+            aux = {}
+            rng = np.random.default_rng() if rng is None else rng
+            logits, loss = elastic.objective(self, self.embed(idx), self.rope(0, idx.size(1)), targets, rng,
+                                             schedule, aux)
+            return logits, loss, aux
         pos = cache.pos if cache is not None else 0
         x = self.embed(idx, pos)
         aux = {}
@@ -742,7 +729,7 @@ class GPT(nn.Module):
 
     def loss(self, logits, targets):
         """Mean next-token cross entropy over targets != -1, in fp32 whatever the logits' dtype."""
-        return cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1))
+        return F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.reshape(-1), ignore_index=-1)
 
     def states(self, idx):
         """All (Label, hidden state) pairs of one full forward pass, for analyses (no grad, eager)."""
@@ -750,12 +737,20 @@ class GPT(nn.Module):
 
     # ---- init and optimizer groups (muP as in Lee et al. 2026, arXiv:2605.09165, §3) ----
     def param_role(self, name, p):
-        """embed | head | hidden | norm: what muP and the other LR rules treat differently."""
+        """embed | head | hidden | norm: what muP and the other LR rules treat differently. The parameters between
+        the passes take their module's role if it names one (hyper-connection scalars: 'norm', no decay, no muP LR
+        scale); under a residual rule with a depth factor the norm gains inside blocks are 'block_norm' (they take
+        the depth LR rule)."""
+        if self.between.role is not None and name.startswith(self.between_name + "."):
+            return self.between.role
         if name.startswith(("wte.", "wpe.")):
             return "embed"
         if name.startswith("lm_head."):
             return "head"
-        return "hidden" if p.dim() >= 2 else "norm"
+        if p.dim() >= 2:
+            return "hidden"
+        depth_rule = RESIDUAL_RULES[self.config.residual_scaling].depth_factor is not None
+        return "block_norm" if depth_rule and name.startswith("blocks.") else "norm"
 
     def init_weights(self, seed=None):
         """Embeddings N(0, sigma^2); every other matrix N(0, sigma^2/w) (w = n_embd/d_base with muP, else 1),
@@ -792,9 +787,14 @@ class GPT(nn.Module):
         return self
 
     def group_scales(self, role):
-        """(lr multiplier, Adam-eps multiplier) for a parameter role. muP: hidden and head LR eta/w."""
+        """(lr multiplier, Adam-eps multiplier) for a parameter role. muP: hidden and head LR eta/w; times the
+        residual rule's depth factor on the hidden LR and eps and the block norms' (loop.RESIDUAL_RULES)."""
         w = self.config.mup_width_ratio
-        return (1.0 / w if role in ("hidden", "head") else 1.0), 1.0
+        lr_scale, eps_scale = (1.0 / w if role in ("hidden", "head") else 1.0), 1.0
+        if role in ("hidden", "block_norm"):
+            m = depth_lr_factor(self.config)
+            lr_scale, eps_scale = lr_scale * m, eps_scale * m
+        return lr_scale, eps_scale
 
     def param_groups(self):
         """Optimizer groups: one per role, each with `lr_scale` and `eps_scale` (train.py multiplies the
@@ -814,18 +814,19 @@ class GPT(nn.Module):
         return list(groups.values())
 
     def lr_multiplier(self, name):
-        """An LR multiplier of one parameter on top of its role's (LoopedGPT: the conditioning's cond_lr_scale)."""
-        return 1.0
+        """An LR multiplier of one parameter on top of its role's: cond_lr_scale for the per-pass conditioning (the
+        blocks' modulators and the loop/step embedders)."""
+        cond = self.cond is not None and (".modulator." in name or name.split(".")[0] in self.cond.embedders)
+        return self.config.cond_lr_scale if cond else 1.0
 
     def compile_blocks(self, **kwargs):
         """torch.compile each block's forward in place (state_dict keys unchanged, no `_orig_mod.`); the depth loop
         stays in Python, so changing the loop count never recompiles a block. Module hooks (FSDP's) and an
-        activation checkpoint put around it afterwards (checkpoint_blocks) stay outside the compiled code. On a GPU
-        the loss too (inductor fuses the fp32 cross-entropy over the logits); the CPU keeps its chunked kernel."""
+        activation checkpoint put around it afterwards (checkpoint_blocks) stay outside the compiled code. The loss
+        too: inductor fuses the fp32 cross-entropy into one pass over the logits."""
         for block in self.blocks:
             block.forward = torch.compile(block.forward, **kwargs)
-        if not cpu_kernels(self.lm_head.weight):
-            self.loss = torch.compile(self.loss, **kwargs)
+        self.loss = torch.compile(self.loss, **kwargs)
 
     def checkpoint_blocks(self):
         """Activation checkpointing: each block call keeps only its inputs and recomputes its activations in the

@@ -7,7 +7,8 @@ import torch
 
 from configurator import configure, run
 from data import get_tokenizer
-from loop import load_model, pick_device
+from checkpoint import load_model
+from distributed import pick_device
 
 ckpt = "out/default"  # run directory (or path to a ckpt.pt) written by train.py
 prompt = "\n"  # text to continue; "FILE:path" reads it from a file

@@ -35,9 +35,12 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from configurator import ConfigError, configure, run
 from data import Prefetcher, TokenData, default_data_dir, ensure_data, hf_of, to_device, training_vocab
-from loop import build_model, pick_device, read_checkpoint, trajectory_rng
-from model import GPTConfig
+from checkpoint import read_checkpoint
+from distributed import pick_device
+from loop import trajectory_rng
+from model import GPT, GPTConfig
 from optim import is_sharded, lr_multiplier, make_optimizer, set_lr, train_step
+import kernels
 import scaling
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -84,6 +87,7 @@ grad_clip = 1.0  # clip the global gradient norm (0 = off)
 device = "auto"  # auto | cpu | cuda | cuda:N
 dtype = "auto"  # auto (bfloat16 on CUDA, float32 on CPU) | float32 | bfloat16
 compile = False  # torch.compile each block (the depth loop stays in Python)
+cpu_kernels = True  # eager CPU runs: the fast paths of kernels.py (same math; a resume keeps the run's setting)
 threads = 0  # torch threads on CPU; 0 = auto: OMP_NUM_THREADS if set, else the cores the load average leaves idle
 ddp_find_unused = False  # DDP find_unused_parameters (needed when some weights get no gradient in a step)
 fsdp = False  # torchrun: shard weights, gradients, optimizer state over the ranks (FSDP2); checkpoints become ckpt/
@@ -434,6 +438,13 @@ def read_scalars(values, env, reduce=0):
     return t.tolist()
 
 
+def describe(c):
+    """The model in a few words: its depth plan and its FFN."""
+    depth = f"{c.n_layer} layers" + (f" x {c.n_loop} passes" if c.n_loop > 1 else "")
+    depth = f"{c.n_prelude} + {depth} + {c.n_coda}" if c.n_prelude or c.n_coda else depth
+    return depth + (f", {c.n_expert} experts (top {c.top_k})" if c.n_expert else "")
+
+
 def format_time(seconds):
     seconds = int(seconds)
     return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
@@ -492,9 +503,10 @@ def build(cfg, model_cfg, ckpt, env):
     """The model (checkpointed and compiled blocks, DDP-wrapped or sharded: `model`; the bare one: `raw_model`),
     its optimizer, and the step and best validation loss to start from (a resumed checkpoint's)."""
     torch.manual_seed(cfg["seed"])
-    raw_model = build_model(model_cfg)
+    raw_model = GPT(model_cfg)
     raw_model.init_weights(cfg["seed"])
     raw_model.to(env.device)
+    kernels.on_cpu(raw_model, env.device, cfg["cpu_kernels"] and not cfg["compile"])
     if cfg["compile"]:
         raw_model.compile_blocks()
     if cfg["activation_checkpointing"]:
@@ -672,7 +684,7 @@ def main(argv=None):
     mfu_flops = scaling.flops_per_token(raw_model, "schwethelm", T)  # MFU counts the work done, attention included
     peak = peak_flops(env.device_type, env.dtype, say)
     peak = peak * env.world_size if peak else None
-    say(f"model: {type(raw_model).__name__}, {counts['params_unique']:,} parameters "
+    say(f"model: {describe(model_cfg)}, {counts['params_unique']:,} parameters "
         f"({counts['params_active_nonembed']:,} active non-embedding), {flops_per_token:.3g} FLOPs/token "
         f"({cfg['flops_convention']})")
     say(f"training: {max_steps} steps x {tokens_per_step:,} tokens on {env.world_size} x {env.device} in "

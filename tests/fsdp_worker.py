@@ -23,7 +23,7 @@ import torch.distributed as dist
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import train  # noqa: E402
-from loop import build_model  # noqa: E402
+from model import GPT  # noqa: E402
 from model import GPTConfig  # noqa: E402
 from optim import make_optimizer  # noqa: E402
 import scaling  # noqa: E402
@@ -50,7 +50,7 @@ def measure_memory(root, tiny, rank):
     gradients) and after the optimizer step (its state), and what scaling.py predicts for 2 GPUs."""
     defaults = {k: v for k, v in vars(train).items() if not k.startswith("_")}
     cfg, model_cfg = train.configure(defaults, GPTConfig, tiny)
-    model = build_model(model_cfg).init_weights(0)
+    model = GPT(model_cfg).init_weights(0)
     train.shard_model(model, torch.float32)
     optimizer = make_optimizer(model, cfg, "cpu")
     x = torch.randint(0, 257, (cfg["batch_size"], model_cfg.block_size))
@@ -59,7 +59,7 @@ def measure_memory(root, tiny, rank):
     optimizer.step()
     held["optimizer"] = local_bytes(t for s in optimizer.state.values() for t in s.values())
     with torch.device("meta"):
-        predicted = scaling.memory_per_gpu(build_model(model_cfg), cfg, gpus=2)
+        predicted = scaling.memory_per_gpu(GPT(model_cfg), cfg, gpus=2)
     with open(os.path.join(root, f"memory_rank{rank}.json"), "w") as f:
         json.dump(dict(held=held, predicted=predicted), f)
 

@@ -37,8 +37,9 @@ import eval as ev  # noqa: E402
 import moe  # noqa: E402
 import optim  # noqa: E402
 from data import get_tokenizer  # noqa: E402
-from loop import build_model, is_looped, trajectory_rng  # noqa: E402
-from model import GPTConfig  # noqa: E402
+import kernels  # noqa: E402
+from loop import is_looped, trajectory_rng  # noqa: E402
+from model import GPT, GPTConfig  # noqa: E402
 
 TINY = dict(block_size=24, vocab_size=257, n_layer=2, n_embd=32, head_dim=16)
 LOOP = dict(n_loop=3)
@@ -90,7 +91,7 @@ def batch(seed, rows=B, length=T):
 
 def make(name):
     cfg = GPTConfig(**TINY, **FAMILIES[name])
-    return build_model(cfg).init_weights(0)
+    return kernels.install(GPT(cfg).init_weights(0))  # as every eager CPU run: the CPU fast paths on
 
 
 def family_outputs(name):
@@ -233,7 +234,8 @@ def count_outputs():
             continue
         for convention in ("lee", "schwethelm"):
             with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()) as err:
-                counted = scaling.main_count([path, f"--flops_convention={convention}"] + (["--memory"] if convention == "lee" else []))
+                memory = ["--memory"] if convention == "lee" else []
+                counted = scaling.main_count([path, f"--flops_convention={convention}"] + memory)
             out[f"{os.path.basename(path)}/{convention}"] = dict(counted, table=err.getvalue())
     return out
 
@@ -248,8 +250,9 @@ def write_checkpoints(folder):
     import scaling
     os.makedirs(folder, exist_ok=True)
     for name in CHECKPOINTS:
-        cfg = GPTConfig(**dict(TINY, n_embd=16, head_dim=8, n_layer=1), **dict(FAMILIES[name], moe_d_ff=16 if "moe_d_ff" in FAMILIES[name] else 0))
-        model = build_model(cfg).init_weights(1)
+        family = dict(FAMILIES[name], moe_d_ff=16 if "moe_d_ff" in FAMILIES[name] else 0)
+        cfg = GPTConfig(**dict(TINY, n_embd=16, head_dim=8, n_layer=1), **family)
+        model = GPT(cfg).init_weights(1)
         train_config = dict(scaling.train_defaults(), tokenizer="byte")
         torch.save(dict(model=model.state_dict(), model_config=cfg.to_dict(), train_config=train_config, step=0),
                    os.path.join(folder, f"{name}.pt"))
@@ -257,7 +260,7 @@ def write_checkpoints(folder):
 
 def checkpoint_outputs(folder):
     """The logits of each saved checkpoint, loaded as every script loads a run."""
-    from loop import load_model
+    from checkpoint import load_model
     x = batch(1)[0]
     out = {}
     for name in CHECKPOINTS:

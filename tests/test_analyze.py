@@ -12,7 +12,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import analyze  # noqa: E402
 from configurator import ConfigError  # noqa: E402
-from model import GPTConfig  # noqa: E402
+from model import GPT, GPTConfig  # noqa: E402
 
 # -----------------------------------------------------------------------------
 # metrics on known answers
@@ -139,8 +139,7 @@ def test_theorem1_norm_growth():
 
 def tiny_checkpoint(path, **overrides):
     cfg = GPTConfig(**{**dict(n_layer=2, n_embd=32, head_dim=16, block_size=32, vocab_size=64), **overrides})
-    from loop import build_model
-    model = build_model(cfg).init_weights(0)
+    model = GPT(cfg).init_weights(0)
     os.makedirs(path, exist_ok=True)
     torch.save({"model": model.state_dict(), "model_config": cfg.to_dict(), "train_config": {}, "step": 0},
                os.path.join(path, "ckpt.pt"))
@@ -223,10 +222,9 @@ def test_residual_subcommand(tmp_path):
 def test_residual_protocol_optimizer_has_wang_settings():
     """Wang et al. 2026 (arXiv:2606.18524, Table 4): AdamW, betas (0.9, 0.95), eps 1e-8, decay on matrices only; each
     group keeps the model's own LR and eps multipliers (1/R residual scaling scales the looped blocks' LR)."""
-    from loop import build_model
     cfg = GPTConfig(n_layer=1, n_loop=4, n_embd=32, head_dim=16, vocab_size=64, block_size=16,
                     residual_scaling="linear")
-    model = build_model(cfg).init_weights(0)
+    model = GPT(cfg).init_weights(0)
     opt = analyze.adamw(model, dict(lr=2e-3, weight_decay=0.1, device="cpu"))
     assert isinstance(opt, torch.optim.AdamW)
     groups = model.param_groups()
@@ -262,7 +260,7 @@ def test_routing_subcommands(tmp_path, looped_moe_ckpt):
 
 def test_unique_experts_agrees_with_moe(looped_moe_ckpt):
     import moe
-    from loop import load_model
+    from checkpoint import load_model
     model, _ = load_model(looped_moe_ckpt)
     idx = torch.randint(64, (2, 16), generator=torch.Generator().manual_seed(0))
     with torch.no_grad(), moe.record_routing(model) as records:
@@ -280,7 +278,7 @@ def test_nonshared_stack_and_loop_steps():
     assert torch.allclose(model.res_scales, torch.full((8,), 0.5))
     idx = torch.randint(64, (1, 16))
     assert len(analyze.loop_steps(model, idx, every=2)) == 5  # h_0 + one state per copy of the 2-layer block
-    looped = analyze.build_model(analyze.looped_config(cfg, 4, "sqrt"))
+    looped = analyze.GPT(analyze.looped_config(cfg, 4, "sqrt"))
     assert len(analyze.loop_steps(looped, idx)) == 5 and len(looped.blocks) == 2
 
 

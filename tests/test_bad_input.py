@@ -14,7 +14,7 @@ import analyze
 import early_exit
 import train
 from configurator import ConfigError, configure
-from loop import build_model
+from model import GPT
 from model import CHOICES, GPTConfig
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -46,7 +46,7 @@ def test_random_bad_keys_give_one_line_and_no_traceback(argv):
                                    choices=train._CHOICES)
         train.check_config(cfg)
         with torch.device("meta"):  # paper-size shapes cost nothing here
-            build_model(model_cfg)
+            GPT(model_cfg)
     except ConfigError as e:
         message = str(e)
         assert message.startswith(("config error:", "GPTConfig")) and "\n" not in message, message
@@ -85,7 +85,7 @@ def test_grad_accum_not_divisible_by_the_ranks_suggests_values():
 def damaged(tmp_path_factory):
     """An empty and a cut-off checkpoint, each in a run directory."""
     d = tmp_path_factory.mktemp("damaged")
-    model = build_model(GPTConfig(n_layer=1, n_embd=32, head_dim=16, block_size=16)).init_weights(0)
+    model = GPT(GPTConfig(n_layer=1, n_embd=32, head_dim=16, block_size=16)).init_weights(0)
     good = d / "good.pt"
     torch.save({"model": model.state_dict(), "model_config": model.config.to_dict()}, good)
     runs = {}

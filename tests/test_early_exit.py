@@ -35,12 +35,11 @@ def batch(seed=0, B=2, T=32):
 
 
 def tiny_looped(seed=0, head_scale=10.0, **kw):
-    """A random looped model from loop.py (n_layer=2 x n_loop=3 unless overridden); conditioned loops get a
+    """A random looped model (n_layer=2 x n_loop=3 unless overridden); conditioned loops get a
     normal-initialised modulator, scaled up so the conditioning matters."""
-    import loop
     kw = {**dict(n_layer=2, n_loop=3), **kw}
     cfg = GPTConfig(block_size=64, vocab_size=V, n_embd=32, head_dim=8, **kw)
-    model = loop.build_model(cfg).init_weights(seed).eval()
+    model = GPT(cfg).init_weights(seed).eval()
     with torch.no_grad():
         model.lm_head.weight.mul_(head_scale)
         for block in model.blocks:
@@ -237,10 +236,8 @@ def plain_cached_decode(model, prompt, n):
 
 
 def run_step(model, label, x, rope):
-    """One step of the walk on x without a cache: a plain block, or a LoopedGPT block with its pass's
-    conditioning (valid for loops without injection, loop norms, hyper-connections or coda)."""
-    if not hasattr(model, "run_block"):
-        return model.blocks[label.layer](x, rope)[0]
+    """One step of the walk on x without a cache: a block with its pass's conditioning (valid for loops without
+    injection, loop norms, hyper-connections or coda)."""
     c = None
     if label.part == "loop":
         steps = model.resolve_schedule()

@@ -44,14 +44,13 @@ def run_counting_reads(argv, monkeypatch):
 
 def test_a_steady_state_step_reads_nothing_on_the_host(data_dir, tmp_path, monkeypatch):
     """A looped MoE model (grouped dispatch, bias balancing, 2 micro-batches per step), the GPU's code path run on
-    the CPU: no host read between log and eval steps, exactly one read per log line and per evaluation. Its
-    losses are those of the CPU's own kernels (chunked cross-entropy)."""
+    the CPU (model.py's plain operations, as without kernels.py's fast paths): no host read between log and eval
+    steps, exactly one read per log line and per evaluation. Its losses are those of the CPU's fast paths."""
     monkeypatch.setattr(train, "peak_flops", lambda *a: 1e12)  # not the 2 s matmul timing: MFU is not tested here
     argv = TINY + data_dir + LOOPED_MOE + ["--max_iters=12", "--log_interval=5", "--eval_interval=6"]
     cpu_path = str(tmp_path / "cpu")
     train.main(argv + [f"--out_dir={cpu_path}"])
-    monkeypatch.setattr(model, "cpu_kernels", lambda t: False, raising=False)  # the GPU's cross-entropy
-    reads = run_counting_reads(argv + [f"--out_dir={tmp_path / 'gpu'}"], monkeypatch)
+    reads = run_counting_reads(argv + [f"--out_dir={tmp_path / 'gpu'}", "--cpu_kernels=False"], monkeypatch)
     # before step 0: eval; steps 0, 10: log; 5, 11: log + the eval of the step after; the rest: nothing
     assert reads == [1, 1, 0, 0, 0, 0, 2, 0, 0, 0, 0, 1, 2]
     gpu_losses = losses(tmp_path / "gpu")
@@ -215,9 +214,7 @@ def test_graph_breaks_are_counted_per_block_and_for_the_gpu_loss(monkeypatch):
     tiny = dict(vocab_size=61, n_layer=2, n_embd=32, head_dim=16, block_size=16)
     looped_moe = model.GPTConfig(**tiny, n_loop=2, n_expert=4, top_k=2)
     assert bench.graph_breaks(looped_moe, "cpu", torch.autocast("cpu", torch.bfloat16), x) == {"block 0": 0,
-                                                                                               "block 1": 0}
-    for where in (model, bench):
-        monkeypatch.setattr(where, "cpu_kernels", lambda t: False)  # the GPU's loss, compiled by compile_blocks
+                                                                                               "block 1": 0, "loss": 0}
     dense = model.GPTConfig(**tiny)
     assert bench.graph_breaks(dense, "cpu", torch.autocast("cpu", torch.bfloat16), x) == {"block 0": 0, "block 1": 0,
                                                                                           "loss": 0}

@@ -1,7 +1,6 @@
 """Tests of loop.py: every depth plan against a hand-unrolled reference, conditioning at init, truncated BPTT,
 hyper-connections, residual multipliers measured with hooks, trajectories and elastic depth, the KV cache, compile
 once for every loop count, the elastic objectives, MuonH, the LR rules. Tiny models, CPU, a few seconds each."""
-import inspect
 import itertools
 import math
 import os
@@ -16,7 +15,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import loop  # noqa: E402
-from loop import HyperConnections, LoopedGPT, build_model, sample_trajectory  # noqa: E402
+from loop import HyperConnections, sample_trajectory  # noqa: E402
 import optim  # noqa: E402
 from optim import MuonH, MuonHAdamW  # noqa: E402
 from model import GPT, Block, GPTConfig, KVCache  # noqa: E402
@@ -32,7 +31,7 @@ def tiny(**kw):
 
 def make(seed=0, **kw):
     torch.manual_seed(seed)
-    return LoopedGPT(tiny(**kw)).init_weights(seed)
+    return GPT(tiny(**kw)).init_weights(seed)
 
 
 def tokens(B=2, seed=0):
@@ -102,23 +101,6 @@ PLANS = {
 # depth plans
 
 
-def test_one_pass_equals_gpt_logits_and_gradients():
-    for kw in (dict(), dict(norm_gain=True, tie_embeddings=True, mlp="relu2", qk_norm=True)):
-        cfg = tiny(**kw)
-        torch.manual_seed(0)
-        gpt = GPT(cfg).init_weights(0)
-        looped = LoopedGPT(cfg)
-        looped.load_state_dict(gpt.state_dict())
-        idx = tokens()
-        logits_a, loss_a, _ = gpt(idx, idx)
-        logits_b, loss_b, _ = looped(idx, idx)
-        assert torch.equal(logits_a, logits_b)
-        loss_a.backward()
-        loss_b.backward()
-        for (name, p), q in zip(gpt.named_parameters(), looped.parameters()):
-            assert torch.equal(p.grad, q.grad), name
-
-
 @pytest.mark.parametrize("plan", list(PLANS))
 def test_plan_equals_hand_unrolled_stack(plan):
     m = make(**PLANS[plan])
@@ -163,13 +145,6 @@ def test_readout_of_an_early_state_runs_the_coda():
     assert (m.readout(h1, label1) - full).abs().max() > 1e-5
 
 
-def test_gpt_and_looped_gpt_take_the_same_arguments():
-    """Callers never ask which model class they hold: GPT has the one-pass version of every depth method."""
-    for name in ("forward", "walk", "final_state", "readout", "generate", "resolve_schedule", "loop_count", "n_slots",
-                 "block_executions", "module_executions"):
-        assert inspect.signature(getattr(GPT, name)) == inspect.signature(getattr(LoopedGPT, name)), name
-
-
 def test_a_plain_model_makes_one_pass_and_refuses_more():
     m = GPT(tiny()).init_weights(0)
     idx = tokens()
@@ -195,7 +170,7 @@ def test_the_walk_hands_out_what_each_layer_was_conditioned_with():
 
 
 def test_res_scale_sets_the_shared_blocks_multiplier_at_construction():
-    m = LoopedGPT(tiny(n_loop=1, n_prelude=1), res_scale=0.25)
+    m = GPT(tiny(n_loop=1, n_prelude=1), res_scale=0.25)
     assert m.res_scales.tolist() == [1.0, 0.25, 0.25]
 
 
@@ -320,7 +295,7 @@ def test_hyper_connections_at_cyclic_init_reduce_to_the_passthrough_loop(loop_no
     idx = tokens()
     for pool in ("mean", "sum"):
         m = make(**kw, hc_lanes=2, hc_pool=pool).eval()
-        plain = LoopedGPT(tiny(**kw)).eval()
+        plain = GPT(tiny(**kw)).eval()
         unexpected = plain.load_state_dict(m.state_dict(), strict=False).unexpected_keys
         assert sorted(unexpected) == ["hc.alpha", "hc.beta", "hc.mix"]
         lanes_seen, write = [], m.hc.write
@@ -729,7 +704,7 @@ def test_schwethelm_head_init_gives_initial_loss_ln_v(name, overrides):
     std=0.001): the head starts at std 1e-3 and the initial loss at ln V (the variance reading, std 0.032, would add
     ~0.13 nats at d=256; the uniform init of the other matrices, std 1/sqrt(d), ~0.5)."""
     cfg = preset(name, **overrides)
-    model = build_model(cfg).init_weights(0)
+    model = GPT(cfg).init_weights(0)
     assert model.lm_head.weight.std().item() == pytest.approx(1e-3, rel=0.02)
     idx = torch.randint(0, cfg.vocab_size, (2, 32), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
@@ -745,7 +720,7 @@ def test_loopformer_presets_scale_output_projections(name, overrides, n_layer):
     """LoopFormer's released code (Jeddi et al. 2026, arXiv:2602.11451): every matrix N(0, 0.02), the attention and
     MLP c_proj N(0, 0.02^2/(2 n_layer)) with n_layer its config's unique blocks (3 for the 3 (x) 8 model, 24 for
     Base 24 (x) 1)."""
-    model = build_model(preset(name, **overrides)).init_weights(0)
+    model = GPT(preset(name, **overrides)).init_weights(0)
     block = model.blocks[0]
     for p in (block.attn.c_proj.weight, block.ffn.c_proj.weight):
         assert p.std().item() == pytest.approx(0.02 / math.sqrt(2 * n_layer), rel=0.02)
@@ -756,17 +731,14 @@ def test_loopformer_presets_scale_output_projections(name, overrides, n_layer):
 # building and bad input
 
 
-def test_build_model_and_clear_errors():
-    assert type(build_model(tiny())) is GPT
-    assert type(build_model(tiny(n_loop=2))) is LoopedGPT
-    assert type(build_model(tiny(residual_scaling="sqrt"))) is LoopedGPT
+def test_clear_config_errors():
     with pytest.raises(ValueError, match="injection must be one of"):
-        build_model(tiny(n_loop=2, injection="concat"))
+        GPT(tiny(n_loop=2, injection="concat"))
     with pytest.raises(ValueError, match="injection='none'"):
-        build_model(tiny(n_loop=2, injection="linear", hc_lanes=2))
+        GPT(tiny(n_loop=2, injection="linear", hc_lanes=2))
     with pytest.raises(ValueError, match="hc_pool must be one of mean | sum"):
-        build_model(tiny(n_loop=2, hc_lanes=2, hc_pool="max"))
+        GPT(tiny(n_loop=2, hc_lanes=2, hc_pool="max"))
     with pytest.raises(ValueError, match="loop_cond='loopformer'"):
-        build_model(tiny(n_loop=2, elastic="shortcut"))
+        GPT(tiny(n_loop=2, elastic="shortcut"))
     with pytest.raises(ValueError, match="bptt_loops"):
-        build_model(tiny(n_loop=2, bptt_loops=3))
+        GPT(tiny(n_loop=2, bptt_loops=3))

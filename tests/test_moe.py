@@ -17,8 +17,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import moe  # noqa: E402
 import scaling  # noqa: E402
-from loop import build_model  # noqa: E402
-from model import GPT, GPTConfig, MLP, MLA, KVCache  # noqa: E402
+from model import GPT  # noqa: E402
+from model import GPTConfig, MLP, MLA, KVCache  # noqa: E402
 
 PATHS = ["grouped", "batched", "loop"]
 
@@ -287,7 +287,7 @@ def test_activation_checkpointing_changes_nothing_but_memory(looped, compiled):
     batches = [torch.randint(0, 64, (2, 16), generator=torch.Generator().manual_seed(i)) for i in range(3)]
     runs = []
     for checkpointing in (False, True):
-        model = build_model(cfg).init_weights(0)
+        model = GPT(cfg).init_weights(0)
         if compiled:
             model.compile_blocks(backend="eager")
         if checkpointing:
@@ -533,8 +533,7 @@ def test_mla_caches_the_latent_and_decodes_as_the_full_forward(kind):
     """The cache holds kv_lora_rank + rope_head_dim numbers per token per executed layer, not per-head keys and
     values; decoding from it (absorbed, DeepSeek-V2 §2.1.2) equals the full forward: a prefill, a chunk of new
     tokens after cached ones, then one token at a time."""
-    from loop import build_model
-    model = build_model(mla_config(**MLA_CACHE_MODELS[kind])).init_weights(0).eval()
+    model = GPT(mla_config(**MLA_CACHE_MODELS[kind])).init_weights(0).eval()
     idx = torch.randint(0, 257, (2, 16))
     full, _, _ = model(idx)
     cache = KVCache(model.n_slots(), 2, 16)
@@ -631,7 +630,7 @@ def test_capacity_report_counts_every_module(kw):
     """N is everything the model stores, whatever the loop adds between passes (input injection, hyper-connection
     lanes, per-pass norms); tying the embedding changes the storage, not the params a token computes with."""
     cfg = small_config(n_layer=2, n_loop=2, vocab_size=257, **kw)
-    assert scaling.capacity_report(cfg)["N"] == count(build_model(cfg))
+    assert scaling.capacity_report(cfg)["N"] == count(GPT(cfg))
     tied = dataclasses.replace(cfg, tie_embeddings=True)
     assert scaling.capacity_report(tied)["F"] == scaling.capacity_report(cfg)["F"]
 
@@ -703,7 +702,7 @@ def test_conditioning_counts_match_the_modules(loop_cond, sandwich_norm):
     cfg = small_config(n_layer=2, n_loop=3, n_prelude=1, n_coda=1, moe_first_dense=1, loop_cond=loop_cond,
                        norm_gain=True, sandwich_norm=sandwich_norm)
     with torch.device("meta"):
-        model = build_model(cfg)
+        model = GPT(cfg)
     cond = conditioning_params(cfg)
     shared = [b for i, b in enumerate(model.blocks) if model.part(i) == "loop"]
     assert cond["modulator"] == count(shared[0].modulator)
@@ -755,7 +754,7 @@ def load_preset(name):
 
 def stored(cfg):
     with torch.device("meta"):
-        return count(build_model(cfg))
+        return count(GPT(cfg))
 
 
 def forward_flops(cfg, shape=(2, 16)):
@@ -764,7 +763,7 @@ def forward_flops(cfg, shape=(2, 16)):
     CPU SDPA computes in a kernel it does not count), no norms, activations, biases, routing sorts and gathers or
     embedding lookups. A token's routed-expert FLOPs depend only on top_k, so a few tokens give the exact count."""
     torch.manual_seed(0)
-    model = build_model(cfg).eval()
+    model = GPT(cfg).eval()
     with torch.no_grad(), FlopCounterMode(display=False) as counter:
         model(torch.randint(0, cfg.vocab_size, shape))
     return counter.get_total_flops()
@@ -800,7 +799,7 @@ def test_loopmoe_ladder_presets_are_matched(suffix):
     target = scaling.capacity_report(vanilla)
     for (cfg, _), n in zip(rungs, params):
         with torch.device("meta"):
-            counts = scaling.count_params(build_model(cfg))
+            counts = scaling.count_params(GPT(cfg))
         report = scaling.capacity_report(cfg)
         assert (report["N"], report["F"]) == (n, counts["params_active"])
         assert report["F"] == pytest.approx(target["F"], rel=0.02)
@@ -822,7 +821,7 @@ def modulator_flops(cfg, shape=(2, 16)):
     the modulators' linear layers (the block calls a modulator's methods, not the module, so only they are listed;
     a layer run once per pass accumulates every call)."""
     torch.manual_seed(0)
-    model = build_model(cfg).eval()
+    model = GPT(cfg).eval()
     with torch.no_grad(), FlopCounterMode(display=False) as counter:
         model(torch.randint(0, cfg.vocab_size, shape))
     per_module = counter.get_flop_counts()
@@ -866,7 +865,7 @@ def test_sparse_cpu_presets_match_active_params(name):
 
 def test_records_carry_the_loop_index_of_a_looped_model():
     cfg = small_config(n_layer=2, n_loop=2, n_prelude=1, moe_first_dense=1)
-    model = build_model(cfg).init_weights(0)
+    model = GPT(cfg).init_weights(0)
     with moe.record_routing(model) as records:
         model(torch.randint(0, 257, (1, 5)))
     assert [(r["layer"], r["loop"]) for r in records] == [(1, 0), (2, 0), (1, 1), (2, 1)]

@@ -7,16 +7,16 @@ import sys
 
 import pytest
 import torch
-import torch.nn as nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+import kernels  # noqa: E402
 import scaling  # noqa: E402
 import sweep  # noqa: E402
 from configurator import configure  # noqa: E402
-from model import GPT, GPTConfig, Label  # noqa: E402
+from model import GPT, GPTConfig  # noqa: E402
 
 # -----------------------------------------------------------------------------------------------------------------
 # helpers
@@ -195,43 +195,6 @@ def test_schwethelm_table6_params(s, r):
     assert abs(scaling.flops_per_token(model, "schwethelm") / hand - 1) < 1e-3
 
 
-# -----------------------------------------------------------------------------------------------------------------
-# hand-built looped models (stand-ins until loop.py lands; they also pin the protocol LoopedGPT must follow)
-
-
-class SharedStack(GPT):
-    """The same n_layer blocks listed n_loop times in `blocks`: a full loop without injection."""
-
-    def __init__(self, config, n_loop=2):
-        super().__init__(config)
-        self.blocks = nn.ModuleList(list(self.blocks) * n_loop)
-
-
-class InjectedLoop(GPT):
-    """n_layer blocks run n_loop times, each pass preceded by a linear injection W[e | h] (Schwethelm et al.);
-    with `truncate`, the first n_loop - n_grad passes run without building a graph (truncated BPTT)."""
-
-    def __init__(self, config, n_loop=3, n_grad=None):
-        super().__init__(config)
-        self.n_loop, self.n_grad = n_loop, n_grad or n_loop
-        self.inject = nn.Linear(2 * config.n_embd, config.n_embd, bias=False)
-
-    def block_executions(self, training=True, schedule=None):
-        return [(self.n_loop, self.n_grad)] * len(self.blocks)
-
-    def module_executions(self, training=True, schedule=None):
-        return {"inject": (self.n_loop, self.n_grad)}
-
-    def walk(self, x, rope, cache=None, aux=None, schedule=None):
-        e, h = x, x
-        for loop in range(self.n_loop):
-            with torch.set_grad_enabled(torch.is_grad_enabled() and loop >= self.n_loop - self.n_grad):
-                h = self.inject(torch.cat([e, h], dim=-1))
-                for i, block in enumerate(self.blocks):
-                    h, _ = block(h, rope)
-                    yield Label(i, i, loop, i == len(self.blocks) - 1, "loop"), h, None
-
-
 def small_config(**kw):
     base = dict(n_layer=2, n_embd=64, head_dim=16, vocab_size=97, block_size=32)
     base.update(kw)
@@ -240,8 +203,7 @@ def small_config(**kw):
 
 def test_counts_follow_the_schedule_they_are_given():
     """An elastic-depth evaluation at M passes (eval.py --loops=M) counts M runs of every per-pass module."""
-    from loop import build_model
-    model = build_model(small_config(n_loop=4, n_prelude=1, injection="linear", loop_norm=True, hc_lanes=0))
+    model = GPT(small_config(n_loop=4, n_prelude=1, injection="linear", loop_norm=True, hc_lanes=0))
     for schedule, passes in ((None, 4), (2, 2), ([0.5, 0.25, 0.25], 3)):
         runs = {u.name: u.fwd for u in scaling.compute_units(model, False, schedule)}
         assert runs["blocks.1"] == runs["inject"] == runs["norm_loop"] == passes and runs["blocks.0"] == 1
@@ -249,7 +211,7 @@ def test_counts_follow_the_schedule_they_are_given():
 
 def test_shared_weights_stored_once_computed_every_pass():
     cfg = small_config()
-    plain, looped = GPT(cfg), SharedStack(cfg, n_loop=3)
+    plain, looped = GPT(cfg), GPT(small_config(n_loop=3))
     cp, cl = scaling.count_params(plain), scaling.count_params(looped)
     assert cl["params_unique"] == cp["params_unique"]
     assert cl["params_active_nonembed"] == 3 * cp["params_active_nonembed"]
@@ -266,9 +228,8 @@ def test_tied_embeddings_stored_once_counted_twice_for_compute():
 def test_per_pass_conditioning_stays_out_of_n_once_and_n_rec():
     """LoopFormer's embedders and modulators run once per pass and sequence, not per token: counted apart, like an
     embedding, so the plain loop and its conditioned twin have the same N_once and N_rec."""
-    from loop import build_model
     plan = dict(n_loop=4, n_prelude=1, injection="linear", hc_lanes=0)
-    plain, lf = build_model(small_config(**plan)), build_model(small_config(**plan, loop_cond="loopformer"))
+    plain, lf = GPT(small_config(**plan)), GPT(small_config(**plan, loop_cond="loopformer"))
     cp, cl = scaling.count_params(plain), scaling.count_params(lf)
     cond = sum(p.numel() for n, p in lf.named_parameters()
                if n.startswith(("loop_embed.", "step_embed.")) or ".modulator." in n)
@@ -279,7 +240,7 @@ def test_per_pass_conditioning_stays_out_of_n_once_and_n_rec():
 
 def test_injection_and_truncation_split():
     cfg = small_config()
-    m = InjectedLoop(cfg, n_loop=4, n_grad=2)
+    m = GPT(small_config(n_loop=4, injection="linear", bptt_loops=2))  # W[e | h] before every pass, e = embedding
     c = scaling.count_params(m)
     block = sum(p.numel() for p in m.blocks.parameters())
     assert c["params_rec_nonembed"] == block + 2 * 64 * 64
@@ -303,9 +264,8 @@ def test_lee_and_schwethelm_differ_by_embedding_and_attention():
                                               kv_lora_rank=12, rope_head_dim=8, v_head_dim=8)])
 def test_kv_cache_count_matches_a_filled_cache(kw):
     """The count against the bytes a real KVCache holds after a forward pass (fp32: 4 bytes per number)."""
-    from loop import build_model
     from model import KVCache
-    model = build_model(small_config(**kw))
+    model = GPT(small_config(**kw))
     cache = KVCache(model.n_slots(), 2, 5)
     with torch.no_grad():
         model(torch.randint(0, 97, (2, 5)), cache=cache)
@@ -342,27 +302,24 @@ def kinds():
     yield "dense swiglu", GPT(small_config())
     yield "dense relu2 qk-norm gains", GPT(small_config(mlp="relu2", qk_norm=True, norm_gain=True))
     yield "dense gelu tied learned-pos", GPT(small_config(mlp="gelu", tie_embeddings=True, pos_emb="learned"))
-    yield "shared stack 2x3", SharedStack(small_config(), n_loop=3)
-    yield "injected loop 3", InjectedLoop(small_config(), n_loop=3)
-    yield "injected loop 4, truncated to 2", InjectedLoop(small_config(), n_loop=4, n_grad=2)
+    yield "injected loop 3", GPT(small_config(n_loop=3, injection="linear"))
     looped = dict(n_prelude=1, n_coda=1, n_loop=3, loop_norm=True, norm_gain=True)
-    from loop import build_model
-    yield "full loop 2x3", build_model(small_config(n_loop=3))
-    yield "prelude/coda, linear injection", build_model(small_config(injection="linear", **looped))
-    yield "additive injection", build_model(small_config(injection="additive", **looped))
-    yield "truncated BPTT 2 of 4", build_model(small_config(injection="linear", bptt_loops=2,
+    yield "full loop 2x3", GPT(small_config(n_loop=3))
+    yield "prelude/coda, linear injection", GPT(small_config(injection="linear", **looped))
+    yield "additive injection", GPT(small_config(injection="additive", **looped))
+    yield "truncated BPTT 2 of 4", GPT(small_config(injection="linear", bptt_loops=2,
                                                             **dict(looped, n_loop=4)))
-    yield "hyper-connections K=2", build_model(small_config(hc_lanes=2, **looped))
-    yield "factorized residual scaling", build_model(small_config(n_loop=3, residual_scaling="factorized"))
-    yield "sandwich norm", build_model(small_config(n_loop=2, sandwich_norm=True))
+    yield "hyper-connections K=2", GPT(small_config(hc_lanes=2, **looped))
+    yield "factorized residual scaling", GPT(small_config(n_loop=3, residual_scaling="factorized"))
+    yield "sandwich norm", GPT(small_config(n_loop=2, sandwich_norm=True))
     for cond in ("index", "loopformer", "iteradaln"):
-        yield f"loop_cond={cond}", build_model(small_config(n_loop=3, loop_cond=cond))
+        yield f"loop_cond={cond}", GPT(small_config(n_loop=3, loop_cond=cond))
     moe = dict(n_expert=4, top_k=2, moe_dispatch="loop")
-    yield "MoE", build_model(small_config(**moe))
-    yield "MoE with a shared expert", build_model(small_config(n_shared_expert=1, **moe))
-    yield "Looped-MoE", build_model(small_config(n_loop=2, **moe))
+    yield "MoE", GPT(small_config(**moe))
+    yield "MoE with a shared expert", GPT(small_config(n_shared_expert=1, **moe))
+    yield "Looped-MoE", GPT(small_config(n_loop=2, **moe))
     # Chen et al.'s LoopMoE: MLA attention (no head_dim of the plain kind), sigmoid router, shared expert
-    yield "LoopMoE with MLA", build_model(small_config(
+    yield "LoopMoE with MLA", GPT(small_config(
         attn="mla", q_lora_rank=16, kv_lora_rank=12, rope_head_dim=8, n_shared_expert=1,
         moe_router="sigmoid", moe_first_dense=1, sandwich_norm=True, loop_cond="iteradaln", **looped,
         **dict(moe, n_expert=6)))
@@ -435,9 +392,10 @@ def saved_activation_bytes(model, idx, dtype):
                                 dict(n_layer=2, n_expert=4, top_k=2, moe_dispatch="grouped")])
 def test_activation_prediction_matches_what_autograd_saves(kw, dtype):
     """memory_per_gpu's activations (plus, in bf16, autocast's weight copies, which autograd also saves) against
-    the bytes autograd saves on this CPU: within 8% (MoE, looped and SwiGLU/GELU blocks, fp32 and bf16)."""
-    from loop import build_model
-    model = build_model(GPTConfig(vocab_size=512, n_embd=128, head_dim=32, block_size=128, **kw)).init_weights(0)
+    the bytes autograd saves on this CPU: within 8% (MoE, looped and SwiGLU/GELU blocks, fp32 and bf16). With
+    kernels.py's fast paths, whose saved tensors (the chunked cross-entropy's gradient) the estimate counts."""
+    model = GPT(GPTConfig(vocab_size=512, n_embd=128, head_dim=32, block_size=128, **kw)).init_weights(0)
+    kernels.install(model)
     idx = torch.randint(0, 512, (2, 128), generator=torch.Generator().manual_seed(0))
     measured = saved_activation_bytes(model, idx, dtype)
     mem = scaling.memory_per_gpu(model, dict(batch_size=2, dtype=dtype), gpus=1)["ddp"]
