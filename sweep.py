@@ -25,17 +25,30 @@ A sweep spec (config/sweeps/*.py) is a plain Python file that sets:
                   finished row, without the config, in <directory>/<name>.jsonl: the course's results
   figures         optional: {figure name: `scaling.py fit` arguments}, which `scaling.py figures records/` draws
                   from each record file of this sweep as <directory>/<name>_<figure name>.png/.json
+  rule            needed with `record` (its rows feed a verdict): the decision rule, committed before the runs,
+                  dict(finding=..., test=..., seeds=(...), margin=...): the finding judged, the test of
+                  records/README.md's standard with its family and threshold, the training seeds (exactly those the
+                  grid plans; None = train.py's 1337), the equivalence margin (None for a difference). The grid is
+                  the spec's own points. Specs whose rows predate rules are listed in records/grandfathered.json.
+
+Rules before runs: a sweep with a `record` refuses to start unless the git tree is clean apart from the results
+files of registered sweeps (records/<paper>/<sweep>.jsonl with a config/sweeps/<sweep>.py), so every row's
+git_rev (HEAD) and spec_sha256 (the spec file's hash) name the code and rule that made it; tests/test_sweep.py
+checks that every committed row's rule is committed at its git_rev and unchanged since.
 """
 import dataclasses
+import hashlib
 import itertools
 import json
 import os
 import re
+import subprocess
 import sys
 from collections import namedtuple
 
 import numpy as np
 
+from configurator import ConfigError
 from data import TOKENIZER_VOCAB  # a named tokenizer sets the vocabulary train.py trains with (data.training_vocab)
 from scaling import cli_arg, count_params, flops_per_token, model_on_meta, train_defaults
 
@@ -52,6 +65,7 @@ def load_spec(path):
         raise SystemExit(f"no sweep spec at {path}; the specs live in config/sweeps/")
     spec = {k: v for k, v in runpy.run_path(path).items() if not k.startswith("_")}
     spec.setdefault("name", os.path.splitext(os.path.basename(path))[0])
+    spec["spec_file"] = path  # hashed into every row: the rule and grid the row was run under
     return spec
 
 
@@ -113,16 +127,65 @@ def plan(spec, only=""):
     return rows
 
 
+def git(root, *args):
+    return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=True).stdout
+
+
 def git_revision(repo):
-    import subprocess
+    """HEAD's full hash, '+dirty' when tracked files differ from it."""
     try:
-        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=repo, capture_output=True, text=True,
-                             check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=repo,
-                               capture_output=True, text=True).stdout.strip()
-        return rev + ("+dirty" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
+        dirty = git(repo, "status", "--porcelain", "--untracked-files=no").strip()
+        return git(repo, "rev-parse", "HEAD").strip() + ("+dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):  # no git, or not a checkout
         return "unknown"
+
+
+def record_files(spec):
+    """The committed results files this sweep writes: <record directory>/<name>.jsonl."""
+    record = spec.get("record") or {}
+    dirs = sorted(set(record.values())) if isinstance(record, dict) else [record]
+    return [os.path.join(d, spec["name"] + ".jsonl") for d in dirs]
+
+
+def grandfathered(root):
+    """records/grandfathered.json: the record files whose rows predate rules and row provenance, with the reason."""
+    path = os.path.join(root, "records", "grandfathered.json")
+    if not os.path.exists(path):
+        return {}
+    with open(path) as f:
+        return json.load(f)
+
+
+def check_rule(spec, planned, root):
+    """A sweep that writes to a record feeds a verdict: its spec must hold the rule (see the docstring), with
+    exactly the seeds the grid plans, and the git tree must be clean apart from registered results files."""
+    name = spec.get("spec_file", spec["name"])
+    rule = spec.get("rule")
+    old = set(record_files(spec)) & set(grandfathered(root))
+    if rule is None and not old:
+        raise ConfigError(f"{name} writes to a record but holds no rule = dict(finding=..., test=..., seeds=..., "
+                          f"margin=...): commit the decision rule before the runs (sweep.py's docstring)")
+    if rule is not None:
+        missing = [k for k in ("finding", "test", "seeds", "margin") if k not in rule]
+        seeds = {q["train"]["seed"] for q in planned}
+        rule_seeds = {1337 if s is None else s for s in rule.get("seeds", ())}
+        if missing or seeds != rule_seeds:
+            raise ConfigError(f"{name}: rule needs finding, test, seeds, margin (missing {missing}) and seeds "
+                              f"{sorted(rule_seeds)} equal to the seeds the grid plans {sorted(seeds)}")
+    registered = os.path.join(root, "config", "sweeps")
+    changed = [line[3:].split(" -> ")[-1].strip('"') for line in
+               git(root, "status", "--porcelain", "--untracked-files=all").splitlines()]
+    dirty = [p for p in changed if not (re.fullmatch(r"records/[^/]+/([^/]+)\.jsonl", p) and os.path.exists(
+        os.path.join(registered, os.path.basename(p)[:-len(".jsonl")] + ".py")))]
+    if dirty:
+        raise ConfigError(f"refusing to start {name}: the git tree has {len(dirty)} uncommitted change(s) "
+                          f"({dirty[0]}{', ...' if len(dirty) > 1 else ''}); commit the rule and the code first, so "
+                          f"each row's git_rev is the code that ran")
+
+
+def file_sha256(path):
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
 
 
 def sweep_dir(spec):
@@ -218,7 +281,6 @@ def run_sweep(spec, dry_run=False, only="", retry_failed=False, limit=0, paralle
     results.jsonl after each. A point killed midway is resumed (--resume) the next time; a point whose run failed
     (non-zero exit: divergence, a bug) gets a row with status 'failed' and is not retried unless retry_failed."""
     import signal
-    import subprocess
     import threading
     import time
     root = os.path.dirname(os.path.abspath(__file__))
@@ -238,8 +300,12 @@ def run_sweep(spec, dry_run=False, only="", retry_failed=False, limit=0, paralle
     todo = [q for q in planned if q["point"].name not in done][:limit or None]
     if dry_run or not todo:
         return planned
+    if record:
+        check_rule(spec, planned, root)
     os.makedirs(out, exist_ok=True)
     revision = git_revision(root)
+    spec_file = spec.get("spec_file") and os.path.relpath(os.path.abspath(spec["spec_file"]), root)
+    spec_sha = file_sha256(spec["spec_file"]) if spec_file else None
     runner = list(spec.get("runner", [sys.executable, "train.py"]))
     slots = max(1, parallel or spec.get("parallel", 1))
     devices = spec.get("devices")  # e.g. ["0", "1", ...]: CUDA_VISIBLE_DEVICES of each parallel slot
@@ -273,7 +339,7 @@ def run_sweep(spec, dry_run=False, only="", retry_failed=False, limit=0, paralle
             raise SystemExit(f"[{q['point'].name}] was killed (signal {-rc}); run the same command to resume")
         status = "ok" if os.path.exists(os.path.join(run_dir, "result.json")) else "failed"
         row = point_row(q, run_dir, status, rc, revision, command)
-        row.update(flops_per_token_schwethelm=q["work"] / q["tokens"],
+        row.update(spec=spec_file, spec_sha256=spec_sha, flops_per_token_schwethelm=q["work"] / q["tokens"],
                    process_s=time.time() - started if rc is not None else None)  # train.py's start-up included
         record_dir = record.get(row["arch"], "") if isinstance(record, dict) else record
         with open(results, "a") as f:

@@ -1,7 +1,10 @@
 """Tests of sweep.py: the planner follows the accounting, a sweep runs each point once through kills, failures and
 reruns, stops its runs when stopped, shares its files safely with another sweep, and every committed spec plans."""
+import glob
+import hashlib
 import json
 import os
+import subprocess
 import sys
 
 import pytest
@@ -53,6 +56,7 @@ def fake_sweep(tmp_path, monkeypatch, record, budgets=(1e9,), widths=(32,)):
     fake = tmp_path / "fake_train.py"
     fake.write_text(FAKE_TRAIN)
     monkeypatch.setenv("FAKE_LOG", str(tmp_path / "log.jsonl"))
+    monkeypatch.setattr(sweep, "check_rule", lambda *a: None)  # its own tests below; this tree may be mid-edit
     return dict(name="t", out_dir=str(tmp_path / "sweep"), archs={"base": ["config/sparse_base.py"]},
                 budgets=list(budgets), widths=list(widths), runner=[sys.executable, str(fake)],
                 common=dict(n_layer=2, head_dim=16, tokenizer="byte", block_size=32, batch_size=2), record=record)
@@ -187,6 +191,115 @@ def test_a_finished_point_waits_for_another_sweeps_write(tmp_path, monkeypatch):
     sweeper.join(timeout=30)
     assert not sweeper.is_alive() and len(sweep.read_results(str(record))) == 1
     assert len(sweep.read_results(str(results))) == 1
+
+
+def git(root, *args):
+    return sweep.git(str(root), "-c", "user.name=t", "-c", "user.email=t@t", *args).strip()
+
+
+def rule_repo(root):
+    """A git repository with one registered sweep (config/sweeps/t.py, rule included) and its results file."""
+    (root / "config" / "sweeps").mkdir(parents=True)
+    (root / "records" / "paper").mkdir(parents=True)
+    (root / "config" / "sweeps" / "t.py").write_text("rule = dict(finding='f', test='t', seeds=(7,), margin=None)\n")
+    (root / "records" / "paper" / "t.jsonl").write_text("")
+    git(root, "init", "-q")
+    git(root, "add", ".")
+    git(root, "commit", "-qm", "rule")
+    return dict(name="t", record="records/paper", rule=dict(finding="f", test="t", seeds=(7,), margin=None))
+
+
+def test_a_record_sweep_refuses_a_missing_rule_or_a_dirty_tree(tmp_path, capsys):
+    """Rules before runs (issue 30): a sweep that writes to a record needs its rule, with the seeds it plans, and a
+    tree clean apart from registered results files; each refusal is one line and exit code 2."""
+    from configurator import run
+    spec, planned = rule_repo(tmp_path), [{"train": {"seed": 7}}]
+
+    def refusal(spec, planned):
+        with pytest.raises(SystemExit) as exit_:
+            run(sweep.check_rule, spec, planned, str(tmp_path))
+        err = capsys.readouterr().err
+        assert exit_.value.code == 2 and len(err.strip().splitlines()) == 1
+        return err
+
+    sweep.check_rule(spec, planned, str(tmp_path))  # clean: starts
+    (tmp_path / "records" / "paper" / "t.jsonl").write_text("{}\n")  # a registered sweep's results: allowed
+    sweep.check_rule(spec, planned, str(tmp_path))
+    assert "holds no rule" in refusal({k: v for k, v in spec.items() if k != "rule"}, planned)
+    assert "seeds" in refusal(spec, [{"train": {"seed": 7}}, {"train": {"seed": 42}}])
+    assert "missing ['margin']" in refusal(dict(spec, rule=dict(finding="f", test="t", seeds=(7,))), planned)
+    (tmp_path / "records" / "paper" / "u.jsonl").write_text("{}\n")  # results of no registered sweep
+    assert "1 uncommitted change(s) (records/paper/u.jsonl)" in refusal(spec, planned)
+    os.remove(tmp_path / "records" / "paper" / "u.jsonl")
+    (tmp_path / "config" / "sweeps" / "t.py").write_text("rule = dict(finding='g')\n")  # the rule edited, not committed
+    assert "config/sweeps/t.py" in refusal(spec, planned)
+
+
+def test_rows_record_head_and_the_specs_hash(tmp_path, monkeypatch, capsys):
+    spec = fake_sweep(tmp_path, monkeypatch, str(tmp_path / "records"))
+    path = tmp_path / "t.py"
+    path.write_text("# the spec's text\n")
+    spec["spec_file"] = str(path)
+    sweep.run_sweep(spec)
+    (row,) = sweep.read_results(str(tmp_path / "records" / "t.jsonl"))
+    assert row["git_rev"].split("+")[0] == git(ROOT, "rev-parse", "HEAD")
+    assert row["spec_sha256"] == hashlib.sha256(b"# the spec's text\n").hexdigest()
+
+
+def rows_sha256(rows):
+    return hashlib.sha256("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows).encode()).hexdigest()
+
+
+def provenance_errors(root):
+    """Each committed row either ran at a commit that holds its spec (hash equal: the rule was committed first, so
+    the row's commit descends from the rule's) with the rule unchanged since, or is one of the grandfathered rows of
+    records/grandfathered.json, exactly (nothing new slips in, nothing old is rewritten)."""
+    old_rows, errors = sweep.grandfathered(str(root)), []
+    for path in sorted(glob.glob(os.path.join(root, "records", "*", "*.jsonl"))):
+        name, rows = os.path.relpath(path, root), sweep.read_results(path)
+        old = [r for r in rows if "spec_sha256" not in r]
+        entry = old_rows.get(name, dict(rows=0, rows_sha256=rows_sha256([])))
+        if [len(old), rows_sha256(old)] != [entry["rows"], entry["rows_sha256"]]:
+            errors.append(f"{name}: {len(old)} rows without a spec hash are not the grandfathered ones")
+        for r in (r for r in rows if "spec_sha256" in r):
+            try:
+                assert sweep.git(str(root), "merge-base", "--is-ancestor", r["git_rev"], "HEAD") == ""
+                spec_then = tmp_spec(root, sweep.git(str(root), "show", f"{r['git_rev']}:{r['spec']}"))
+                assert sweep.file_sha256(spec_then) == r["spec_sha256"], "the spec at git_rev is not the one run"
+                assert sweep.load_spec(spec_then)["rule"] == sweep.load_spec(os.path.join(root, r["spec"]))["rule"], \
+                    "the rule changed after the row"
+            except (AssertionError, KeyError, subprocess.CalledProcessError) as e:
+                errors.append(f"{name}: {r.get('point')}: {e!r}")
+    return errors
+
+
+def tmp_spec(root, text):
+    path = os.path.join(root, ".git", "spec_then.py")
+    with open(path, "w") as f:
+        f.write(text)
+    return path
+
+
+def test_every_committed_row_ran_under_its_committed_rule():
+    assert provenance_errors(ROOT) == []
+
+
+def test_provenance_check_catches_a_changed_rule_and_an_ungrandfathered_row(tmp_path):
+    rule_repo(tmp_path)
+    rev = git(tmp_path, "rev-parse", "HEAD")
+    sha = sweep.file_sha256(tmp_path / "config" / "sweeps" / "t.py")
+    good = dict(point="a", git_rev=rev, spec="config/sweeps/t.py", spec_sha256=sha)
+    results = tmp_path / "records" / "paper" / "t.jsonl"
+    results.write_text(json.dumps(good) + "\n")
+    assert provenance_errors(tmp_path) == []
+    results.write_text(json.dumps(good) + "\n" + json.dumps(dict(point="b", git_rev=rev)) + "\n")
+    assert ["not the grandfathered ones"] == [e[-26:] for e in provenance_errors(tmp_path)]
+    results.write_text(json.dumps(dict(good, spec_sha256="0" * 64)) + "\n")
+    assert "not the one run" in provenance_errors(tmp_path)[0]
+    results.write_text(json.dumps(good) + "\n")
+    (tmp_path / "config" / "sweeps" / "t.py").write_text("rule = dict(finding='g', test='t', seeds=(7,), margin=0.1)\n")
+    git(tmp_path, "commit", "-qam", "the rule moved after the row")
+    assert "the rule changed after the row" in provenance_errors(tmp_path)[0]
 
 
 def test_every_sweep_spec_plans(monkeypatch, capsys):
