@@ -47,7 +47,7 @@ from optim import make_optimizer, train_step
 import kernels
 import scaling
 import train
-from train import cpu_matmul_rate, native_bf16
+from distributed import cpu_matmul_rate, cpu_threads, keep_freed_memory, native_bf16, peak_flops
 
 preset = "default"  # default (train.py's model) | nanogpt (d=256, 8 layers, GPT-2 vocab, B=8, T=256) | gpu (see above)
 batch_size = 16  # sequences per step (the nanogpt preset uses 8 unless given)
@@ -218,14 +218,14 @@ def main(argv=None):
     models = preset_models(cfg, model_cfg, argv)
     on_cuda = cfg["device"].startswith("cuda")
     if not on_cuda:
-        torch.set_num_threads(train.cpu_threads(cfg["threads"]))
-        train.keep_freed_memory()  # as train.py does on CPU
+        torch.set_num_threads(cpu_threads(cfg["threads"]))
+        keep_freed_memory()  # as train.py does on CPU
     now = timer(cfg["clock"])
     sync = torch.cuda.synchronize if on_cuda else (lambda: None)
     dtypes = {name: {"float32": torch.float32, "bfloat16": torch.bfloat16}[name]
               for name in runnable_dtypes(cfg["dtypes"], "cuda" if on_cuda else "cpu")}
     # reference FLOP/s per dtype; on CPU measured before any model exists, then again after each round (the best)
-    peaks = {dtype: train.peak_flops("cuda", dtype) if on_cuda else cpu_matmul_rate(dtype, now)
+    peaks = {dtype: peak_flops("cuda", dtype) if on_cuda else cpu_matmul_rate(dtype, now)
              for dtype in dtypes.values()}
     compiles = [c.strip() == "True" for c in cfg["compiles"].split(",")]
     setups = [make_setup(name, mcfg, dtype_name, dtype, compiled, cfg, sync)  # all warmed up before any timing

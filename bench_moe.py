@@ -27,7 +27,7 @@ from model import GPT, MLP, GPTConfig
 import kernels
 import moe
 from bench import runnable_dtypes
-from train import cpu_threads
+from distributed import cpu_threads
 
 # ---------------------------------------------------------------------------------------------------------------
 batch_size = 8  # sequences per step

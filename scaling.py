@@ -235,21 +235,12 @@ def cli_arg(key, value):
 
 
 def train_defaults():
-    """train.py's own keys and defaults, read from its source: `count` accepts them, and sweep.py's planner parses a
-    point exactly as train.py will (and stops on a bad key before any run starts) without importing it. Read, not imported: train.py imports this
-    file, so an import back would point down DESIGN.md's table and close a cycle; the defaults stay where a nanoGPT
-    reader looks for them, at the top of train.py, whose --help reads their comments from the same source."""
-    import ast
-    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "train.py")) as f:
-        tree = ast.parse(f.read())
-    out = {}
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            try:
-                out[node.targets[0].id] = ast.literal_eval(node.value)
-            except ValueError:
-                pass
-    return out
+    """train.py's own keys and their defaults (its module-level settings, as its main() reads them): `count` accepts
+    them, and sweep.py's planner parses a point exactly as train.py will (and stops on a bad key before any run
+    starts). Imported here, when asked for: train.py imports this file at its top."""
+    import train
+    from configurator import SIMPLE_TYPES
+    return {k: v for k, v in vars(train).items() if not k.startswith("_") and isinstance(v, SIMPLE_TYPES)}
 
 
 def model_on_meta(model_cfg):
@@ -630,8 +621,9 @@ def main(argv=None):
                          f"e.g. python scaling.py count config/sparse_base.py --n_embd=512")
     if argv[0] == "count":
         return main_count(argv[1:])
-    import importlib  # here, not at the top: sweep.py and fits.py import this file for its accounting
-    return getattr(importlib.import_module(elsewhere[argv[0]]), "main_" + argv[0])(argv[1:])
+    import fits  # here, not at the top: sweep.py and fits.py import this file for its accounting
+    import sweep
+    return getattr({"sweep": sweep, "fits": fits}[elsewhere[argv[0]]], "main_" + argv[0])(argv[1:])
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ import torch
 import torch.distributed as dist
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import distributed  # noqa: E402
 import train  # noqa: E402
 from model import GPT  # noqa: E402
 from model import GPTConfig  # noqa: E402
@@ -51,7 +52,7 @@ def measure_memory(root, tiny, rank):
     defaults = {k: v for k, v in vars(train).items() if not k.startswith("_")}
     cfg, model_cfg = train.configure(defaults, GPTConfig, tiny)
     model = GPT(model_cfg).init_weights(0)
-    train.shard_model(model, torch.float32)
+    distributed.shard_model(model, torch.float32)
     optimizer = make_optimizer(model, cfg, "cpu")
     x = torch.randint(0, 257, (cfg["batch_size"], model_cfg.block_size))
     model(x, x)[1].backward()

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 import analyze
 import early_exit
+import distributed
 import train
 from configurator import ConfigError, configure
 from model import GPT
@@ -77,8 +78,8 @@ def test_a_config_error_is_one_line_and_exit_code_2():
 
 def test_grad_accum_not_divisible_by_the_ranks_suggests_values():
     with pytest.raises(ConfigError, match="use --grad_accum=4 or 2"):
-        train.check_world(3, 2)
-    train.check_world(4, 2)
+        distributed.check_world(3, 2)
+    distributed.check_world(4, 2)
 
 
 @pytest.fixture(scope="module")

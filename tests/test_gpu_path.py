@@ -10,6 +10,7 @@ import torch
 
 import data
 import model
+import distributed
 import train
 from test_train import TINY, data_dir, losses  # noqa: F401 (data_dir is a fixture)
 
@@ -172,17 +173,17 @@ def test_wandb_is_imported_only_when_asked_for(data_dir, tmp_path, monkeypatch):
     ("NVIDIA A10G", None), ("Tesla V100-SXM2-16GB", None), ("NVIDIA GeForce RTX 4090 D", None),
 ])
 def test_the_gpu_peak_table_matches_device_names(name, peak):
-    assert train.gpu_bf16_peak(name) == peak
+    assert distributed.gpu_bf16_peak(name) == peak
 
 
 def test_an_unknown_gpu_gets_no_mfu_rather_than_a_guess(monkeypatch):
     said = []
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA A10G")
-    assert train.peak_flops("cuda", torch.bfloat16, said.append) is None
-    assert said == ["unknown device 'NVIDIA A10G': no MFU (add its dense bf16 peak to train.GPU_BF16_PEAK)"]
+    assert distributed.peak_flops("cuda", torch.bfloat16, said.append) is None
+    assert said == ["unknown device 'NVIDIA A10G': no MFU (add its dense bf16 peak to distributed.GPU_BF16_PEAK)"]
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA H100 PCIe")
-    assert train.peak_flops("cuda", torch.bfloat16, said.append) == 756e12
-    assert train.peak_flops("cuda", torch.float32, said.append) is None  # the table holds bf16 peaks
+    assert distributed.peak_flops("cuda", torch.bfloat16, said.append) == 756e12
+    assert distributed.peak_flops("cuda", torch.float32, said.append) is None  # the table holds bf16 peaks
 
 
 # ---- bench.py --preset=gpu (the parts a CPU can run) -------------------------------------------------------------

@@ -10,7 +10,7 @@ import torch
 
 import bench
 import optim
-import train
+import distributed
 from model import GPT, GPTConfig
 
 
@@ -102,7 +102,7 @@ def test_bench_never_reports_mfu_above_one(tmp_path, monkeypatch, capsys):
 ])
 def test_cpu_threads_uses_the_idle_cores(threads, cores, load, env, expected):
     said = []
-    assert train.cpu_threads(threads, said.append, cores=cores, load=load, env=env) == expected
+    assert distributed.cpu_threads(threads, said.append, cores=cores, load=load, env=env) == expected
     assert len(said) == 1 and said[0].startswith(f"CPU threads: {expected} (")
 
 
@@ -110,4 +110,4 @@ def test_cpu_threads_uses_the_idle_cores(threads, cores, load, env, expected):
 def test_keep_freed_memory_sets_glibc_options():
     """train.py keeps large freed blocks (the logits and their gradient) in the heap on CPU; mallopt returns 1
     only for options it knows and accepts."""
-    assert train.keep_freed_memory() is True
+    assert distributed.keep_freed_memory() is True

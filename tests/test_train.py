@@ -13,6 +13,7 @@ import torch
 
 import kernels
 import optim
+import checkpoint
 import train
 from configurator import ConfigError, configure
 from checkpoint import load_model
@@ -490,18 +491,18 @@ def test_sharded_checkpoint_swap_leaves_a_complete_one(tmp_path):
     said = []
     path = str(tmp_path / "ckpt")
     os.makedirs(path + ".tmp")
-    train.replace_dir(path + ".tmp", path)  # the first checkpoint
+    checkpoint.replace_dir(path + ".tmp", path)  # the first checkpoint
     assert os.listdir(tmp_path) == ["ckpt"]
     os.makedirs(path + ".tmp")
     open(path + ".tmp/new", "w").close()
-    train.clean_up_after_kill(path, said.append)  # killed while writing: the cut-off one goes
+    checkpoint.clean_up_after_kill(path, said.append)  # killed while writing: the cut-off one goes
     assert os.listdir(tmp_path) == ["ckpt"] and "removed" in said[0]
     os.replace(path, path + ".old")  # killed between the renames: the old one comes back
     os.makedirs(path + ".tmp")
-    train.clean_up_after_kill(path, said.append)
+    checkpoint.clean_up_after_kill(path, said.append)
     assert os.listdir(tmp_path) == ["ckpt"] and "put back" in said[-1]
     os.makedirs(path + ".old")  # killed before the old one was removed: it goes
-    train.clean_up_after_kill(path, said.append)
+    checkpoint.clean_up_after_kill(path, said.append)
     assert os.listdir(tmp_path) == ["ckpt"]
 
 
