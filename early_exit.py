@@ -63,7 +63,7 @@ import scaling
 from checkpoint import load_model
 from distributed import pick_device
 from loop import is_looped, last
-from model import KVCache, Label, sample_next
+from model import Label
 
 FILLS = ("propagate", "recompute")
 TARGETS = (0.05, 0.10, 0.20, 0.30)  # FLOPs-saved levels of Lee et al.'s table
@@ -141,25 +141,37 @@ def readouts_before_exit(criterion, k, n_cand):
     return rule.previous + min(k + 1, n_cand) + (k == n_cand)
 
 
+def token_flops(costs, labels, run, early_reads=0, final=True, fills=0):
+    """The one exit cost: forward FLOPs of one token that ran the first `run` steps of the plan `labels`, read out
+    `early_reads` states before the end (each runs the head and, a state before the coda, the coda) and, if
+    `final`, the end of the plan, and had `fills` skipped steps' cache entries filled (propagate). costs:
+    step_flops' (steps, head, fill, other) at the token's context. The study, decoding and eval.py charge with it."""
+    steps, head, fill, other = costs
+    coda = sum(steps[i] for i in coda_positions(labels))
+    return sum(steps[:run]) + early_reads * (head + coda) + final * head + fills * fill + other
+
+
+def exit_flops(costs, labels, cands, criterion, k, fill=None):
+    """token_flops of a token whose exit choice is k (0..K, K = len(cands): the full depth) under a rule that reads
+    out as readouts_before_exit says. fill: None (the study: Lee et al. count the layers a token runs), propagate
+    (the skipped steps' cache entries are filled) or recompute (the rest of the plan runs all the same)."""
+    K = len(cands)
+    reads = readouts_before_exit(criterion, k, K) if criterion else 1
+    if k == K:  # the full depth: the candidates it checked were early readouts, the output is the plain one
+        return token_flops(costs, labels, len(labels), reads - 1)
+    run = len(labels) if fill == "recompute" else cands[k] + 1
+    fills = sum(lab.part != "coda" for lab in labels[run:]) if fill == "propagate" else 0
+    return token_flops(costs, labels, run, reads, final=False, fills=fills)
+
+
 def exit_costs(model, labels, cands, criterion, context):
     """Per exit choice k = 0..K (K = full depth): (effective layers run, forward FLOPs), and the full-depth FLOPs
-    of one plain forward pass."""
-    steps, head, _, other = step_flops(model, labels, context)
-    coda = coda_positions(labels)
-    coda_flops = sum(steps[i] for i in coda)
-    full = sum(steps) + head + other
-    depth, flops = [], []
-    K = len(cands)
-    for k in range(K + 1):
-        n_read = readouts_before_exit(criterion, k, K)
-        if k < K:  # stops after labels[cands[k]]; every readout before the coda also runs the coda
-            run = cands[k] + 1
-            depth.append(run + len(coda))
-            flops.append(sum(steps[:run]) + n_read * (head + coda_flops) + other)
-        else:  # full depth: the candidates it checked were pre-coda readouts, the output is the plain one
-            depth.append(len(labels))
-            flops.append(full + (n_read - 1) * (head + coda_flops))
-    return depth, flops, full
+    of one plain forward pass (the teacher-forced study)."""
+    costs = step_flops(model, labels, context)
+    n_coda = len(coda_positions(labels))
+    depth = [cands[k] + 1 + n_coda for k in range(len(cands))] + [len(labels)]
+    flops = [exit_flops(costs, labels, cands, criterion, k) for k in range(len(cands) + 1)]
+    return depth, flops, token_flops(costs, labels, len(labels))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -449,45 +461,92 @@ def propagate_fill(model, labels, h, rope, cache, schedule=None):
         cache.update(label.index, *block.attn.cache_entry(a, rope))
 
 
+# the one exit decision and its KV fill: decoding (decode_step) and eval.py's teacher-forced scoring use it
+ExitWalk = namedtuple("ExitWalk", "label h k_exit reads scores exit_logits")
+
+
+def walk_with_exits(model, x, walk, cands, criterion, tau, fill, cache=None, rows=None, together=False,
+                    labels=None, schedule=None, on_exit=None):
+    """Consume `walk` (model.walk over the embedded x) letting positions exit at the candidate positions `cands`
+    where the criterion's score < tau. rows: a (B, T) mask of the positions that may exit (default: all).
+    together (decoding a batch): the batch exits at the first candidate where every row may, and the walk stops
+    there: fill='propagate' writes the skipped steps' cache entries (labels: the plan) from the exited state
+    (propagate_fill), 'recompute' runs the rest of the walk anyway. Otherwise (teacher-forced scoring) each
+    position exits on its own: with propagate it keeps its exited state through the rest of the walk, so the later
+    steps' cache entries come from that state as a propagate fill's would; with recompute the walk goes on.
+    on_exit(new, logits): called at each exit with the mask of the positions exiting there (over rows) and the
+    logits of that candidate's readout. Returns ExitWalk: the last (label, state) the walk reached; k_exit, each
+    position's exit choice (len(cands): none); reads, the readouts made; scores, the criterion's score at each
+    candidate passed; exit_logits, the readout of the last exit (None without one)."""
+    K, cand_at = len(cands), {p: k for k, p in enumerate(cands)}
+    state = dict(frozen=None, mask=None)  # teacher-forced propagate: exited positions' states
+
+    def freezing(walk):  # exited positions keep their state (loop steps; the coda runs on every position)
+        for label, h, cond in walk:
+            if state["frozen"] is not None and label.part == "loop":
+                h.copy_(torch.where(state["mask"][..., None], state["frozen"], h))
+            yield label, h, cond
+
+    candidates = scored_candidates(model, x, walk if together else freezing(walk), cands if criterion else [],
+                                   [criterion] if criterion else [], cache, rows=rows)
+    exited = k_exit = exit_logits = None
+    reads, scores = 0, []
+    for cand in candidates:
+        if cand.scores is None:  # the full depth
+            return ExitWalk(cand.label, cand.h, k_exit, reads, scores, exit_logits)
+        reads += cand.reads
+        score = cand.scores[criterion]
+        scores.append(score)
+        if exited is None:
+            exited, k_exit = torch.zeros_like(score, dtype=torch.bool), torch.full_like(score, K, dtype=torch.long)
+        new = (score < tau) & ~exited
+        if not bool(new.all() if together else new.any()):
+            continue
+        k_exit[new] = cand_at[cand.pos]
+        exited |= new
+        exit_logits = cand.logits
+        if exit_logits is None and (together or fill == "recompute"):  # a rule without heads reads where it stops
+            exit_logits = readout(model, cand.h, cand.label, cache, rows)
+            reads += 1
+        if on_exit is not None:
+            on_exit(new, exit_logits)
+        if together:
+            candidates.close()
+            if fill == "propagate":
+                walk.close()  # stop the depth here
+                propagate_fill(model, [lab for lab in labels[cand.pos + 1:] if lab.part != "coda"], cand.h,
+                               model.rope(cache.pos, x.size(1)), cache, schedule)
+            else:
+                last(walk)  # recompute: the rest of the depth runs all the same
+            return ExitWalk(cand.label, cand.h, k_exit, reads, scores, exit_logits)
+        if fill == "propagate":
+            mask = new.clone() if rows is None else torch.zeros_like(rows)
+            if rows is not None:
+                mask[rows] = new
+            state["frozen"] = torch.where(mask[..., None], cand.h, cand.h if state["frozen"] is None
+                                          else state["frozen"])
+            state["mask"] = mask if state["mask"] is None else state["mask"] | mask
+
+
 @torch.no_grad()
 def decode_step(model, tok, cache, labels, cands, criterion, tau, fill, schedule=None):
     """Run one new token (B, 1) through the depth at `schedule` (labels: its depth_labels) with the cache, exiting
     at the first candidate where every row satisfies the criterion. Returns (logits (B, V), stats)."""
-    pos = cache.pos
-    x = model.embed(tok, pos)
-    rope = model.rope(pos, 1)
-    walk = model.walk(x, rope, cache, {}, schedule)
-    rules = [criterion] if criterion else []
-    candidates = scored_candidates(model, x, walk, cands if criterion else [], rules, cache)
-    exit_pos, n_read, n_early_read, scores = None, 0, 0, []
-    for cand in candidates:
-        if cand.scores is None:  # the full depth
-            exit_logits, n_read = readout(model, cand.h, cand.label, cache), 1
-            break
-        n_early_read += cand.reads
-        score = cand.scores[criterion]  # (B, 1)
-        scores.append(score.flatten().tolist())
-        if bool((score < tau).all()):
-            exit_pos, exit_logits = cand.pos, cand.logits
-            if exit_logits is None:
-                exit_logits = readout(model, cand.h, cand.label, cache)
-                n_early_read += 1
-            candidates.close()
-            if fill == "propagate":
-                walk.close()  # stop the depth here
-                propagate_fill(model, [lab for lab in labels[cand.pos + 1:] if lab.part != "coda"], cand.h, rope,
-                               cache, schedule)
-            else:
-                last(walk)  # recompute: the rest of the depth runs all the same
-            break
+    x = model.embed(tok, cache.pos)
+    walk = model.walk(x, model.rope(cache.pos, 1), cache, {}, schedule)
+    ex = walk_with_exits(model, x, walk, cands, criterion, tau, fill, cache, together=True, labels=labels,
+                         schedule=schedule)
+    exited = ex.exit_logits is not None
+    logits = ex.exit_logits if exited else readout(model, ex.h, ex.label, cache)
     cache.pos += 1
-    exited = exit_pos is not None
+    exit_pos = cands[int(ex.k_exit.flatten()[0])] if exited else None
     steps_run = len(labels) if (not exited or fill == "recompute") else exit_pos + 1
     n_fill = 0 if (not exited or fill == "recompute") else sum(lab.part != "coda" for lab in labels[exit_pos + 1:])
     # readouts: head evaluations; early_readouts: those of states before the coda (each also runs the coda)
     stats = dict(exit=labels[exit_pos].index if exited else labels[-1].index, exited=exited, steps=steps_run,
-                 readouts=n_read + n_early_read, early_readouts=n_early_read, fills=n_fill, scores=scores)
-    return exit_logits[:, -1], stats
+                 readouts=ex.reads + (not exited), early_readouts=ex.reads, fills=n_fill,
+                 scores=[score.flatten().tolist() for score in ex.scores])
+    return logits[:, -1], stats
 
 
 @torch.no_grad()
@@ -506,50 +565,37 @@ def generate_with_exit(model, idx, max_new_tokens, criterion="entropy", tau=0.0,
         check_criterion(criterion, decoding=True)
     if fill not in FILLS:
         raise ValueError(f"fill must be one of {FILLS}, got {fill!r}")
-    B, T = idx.shape
-    if T + max_new_tokens > model.config.block_size:
-        raise ValueError(f"prompt ({T}) + max_new_tokens ({max_new_tokens}) exceeds block_size="
-                         f"{model.config.block_size}")
     labels = depth_labels(model, schedule)
     cands = exit_candidates(model, labels, every_layer)
-    V = model.config.vocab_size
-    cache = KVCache(model.n_slots(schedule), B, T + max_new_tokens)
-    logits, _, _ = model(idx, cache=cache, schedule=schedule)
-    logits = logits[:, -1]
-    out, all_logits, stats = [idx], [], []
+    stats, logits, run = [], [], dict(cache=None, t0=None)
     sync = torch.cuda.synchronize if idx.is_cuda else (lambda: None)
+
+    def step(tok, cache):  # one decoding step through the exits; the clock starts at the first
+        if run["t0"] is None:
+            sync()
+            run.update(cache=cache, t0=time.perf_counter())
+        context = cache.pos + 1
+        out, st = decode_step(model, tok, cache, labels, cands, criterion, tau, fill, schedule)
+        stats.append(dict(st, context=context))
+        return out
+    tokens = model.generate(idx, max_new_tokens, temperature, top_k, generator, schedule, step, logits_out=logits)
     sync()
-    t0 = time.perf_counter()
-    for n in range(max_new_tokens):
-        all_logits.append(logits[:, :V])
-        nxt = sample_next(logits[:, :V], temperature, top_k, generator)
-        out.append(nxt)
-        if n == max_new_tokens - 1:
-            break
-        ctx = cache.pos + 1
-        logits, st = decode_step(model, nxt, cache, labels, cands, criterion, tau, fill, schedule)
-        st["context"] = ctx
-        stats.append(st)
-    sync()
-    decode_s = time.perf_counter() - t0
-    return dict(tokens=torch.cat(out, 1), logits=torch.stack(all_logits, 1), stats=stats, labels=labels,
-                candidates=cands, decode_s=decode_s, cache=cache, schedule=schedule)
+    decode_s = time.perf_counter() - run["t0"] if run["t0"] is not None else 0.0
+    return dict(tokens=tokens, logits=torch.stack(logits, 1), stats=stats, labels=labels, candidates=cands,
+                decode_s=decode_s, cache=run["cache"], schedule=schedule)
 
 
 def decode_flops(model, labels, stats, schedule=None):
-    """Forward FLOPs actually executed per decoded token (layers run, readouts, K/V fills) and those of plain
-    full-depth decoding of the same tokens, at `schedule` (labels: its depth_labels)."""
+    """Forward FLOPs actually executed per decoded token (token_flops of what each step ran: layers, readouts, K/V
+    fills) and those of plain full-depth decoding of the same tokens, at `schedule` (labels: its depth_labels)."""
+    at0 = step_flops(model, labels, 0, True, schedule)
+    at1 = step_flops(model, labels, 1, True, schedule)
     run = full = 0.0
-    coda = coda_positions(labels)
-    steps0, head, fill, other = step_flops(model, labels, 0, True, schedule)
-    per_ctx = [b - a for a, b in zip(steps0, step_flops(model, labels, 1, True, schedule)[0])]  # per context token
-    for st in stats:
-        steps = [a + b * st["context"] for a, b in zip(steps0, per_ctx)]
-        coda_flops = sum(steps[i] for i in coda)
-        # an exited token (propagate) ran its steps up to the exit; its coda ran inside its readouts
-        run += (sum(steps[:st["steps"]]) + st["readouts"] * head + st["early_readouts"] * coda_flops
-                + st["fills"] * fill + other)
-        full += sum(steps) + head + other
+    for st in stats:  # a step's cost at context c: its cost at 0 plus c times the per-context-token slope
+        costs = ([a + (b - a) * st["context"] for a, b in zip(at0[0], at1[0])],) + at0[1:]
+        run += token_flops(costs, labels, st["steps"], st["early_readouts"], st["readouts"] > st["early_readouts"],
+                           st["fills"])
+        full += token_flops(costs, labels, len(labels))
     n = max(len(stats), 1)
     return run / n, full / n
 

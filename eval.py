@@ -109,7 +109,7 @@ import torch
 
 import early_exit
 from configurator import ConfigError
-from early_exit import coda_positions, log_probs, readouts_before_exit
+from early_exit import log_probs
 from checkpoint import load_model
 from distributed import pick_device
 from loop import is_looped, last
@@ -581,25 +581,18 @@ class Scorer:
     # ---- FLOPs ----
     def token_costs(self):
         """Per-token forward FLOPs as (a, b): a + b * context, for a token that is not scored (no readout) and for
-        a scored one at each exit choice k = 0..K (K: full depth), from early_exit.step_flops (scaling.py's units)."""
-        schedule = self.setting.schedule
-        steps0, head, fill, other = early_exit.step_flops(self.model, self.labels, 0, schedule=schedule)
-        slope = [b - a for a, b in zip(steps0, early_exit.step_flops(self.model, self.labels, 1, schedule=schedule)[0])]
-        coda = coda_positions(self.labels)
-        coda0, coda1 = sum(steps0[i] for i in coda), sum(slope[i] for i in coda)
-        s, K = self.setting, len(self.cands)
-        scored = []
-        for k in range(K + 1):
-            reads = readouts_before_exit(s.criterion, k, K) if s.criterion else 1
-            if k < K:  # stopped after labels[cands[k]]; every readout there also runs the coda
-                run = self.cands[k] + 1
-                fills = sum(lab.part != "coda" for lab in self.labels[run:]) if s.fill == "propagate" else 0
-                scored.append((sum(steps0[:run]) + reads * (head + coda0) + other + fills * fill,
-                               sum(slope[:run]) + reads * coda1))
-            else:  # the full depth, plus the readouts the criterion evaluated on the way
-                scored.append((sum(steps0) + head + other + (reads - 1) * (head + coda0),
-                               sum(slope) + (reads - 1) * coda1))
-        return dict(plain=(sum(steps0) + other, sum(slope)), scored=scored)
+        a scored one at each exit choice k = 0..K (K: full depth): early_exit's one exit cost (exit_flops) at
+        contexts 0 and 1 (every cost is linear in the context)."""
+        s, labels, cands = self.setting, self.labels, self.cands
+        at = [early_exit.step_flops(self.model, labels, c, schedule=s.schedule) for c in (0, 1)]
+
+        def linear(cost):
+            a, b = cost(at[0]), cost(at[1])
+            return a, b - a
+        scored = [linear(lambda c, k=k: early_exit.exit_flops(c, labels, cands, s.criterion, k, s.fill))
+                  for k in range(len(cands) + 1)]
+        return dict(plain=linear(lambda c: early_exit.token_flops(c, labels, len(labels), final=False)),
+                    scored=scored)
 
     def reset(self):
         self.tokens, self.flops, self.scored_tokens, self.exits = 0, 0.0, 0, [0] * (len(self.cands) + 1)
@@ -631,17 +624,26 @@ class Scorer:
         x = model.embed(inp, pos)
         walk = model.walk(x, model.rope(pos, inp.size(1)), cache, {}, s.schedule)
         K = len(self.cands)
-        k_exit = torch.full_like(y, K)
-        early = None
+        k_exit, early = torch.full_like(y, K), None
         if s.criterion:
-            label, h, early = self.walk_with_exits(walk, x, scored, y, k_exit, cache)
+            if s.fill == "recompute":  # the exited positions' predictions are their exit readouts
+                early = (torch.zeros(y.numel()), torch.zeros(y.numel(), dtype=torch.bool))
+
+                def keep(new, logits):
+                    lp = log_probs(logits)
+                    early[0][new] = lp[new].gather(1, y[new][:, None])[:, 0].float()
+                    early[1][new] = lp[new].argmax(-1) == y[new]
+            ex = early_exit.walk_with_exits(model, x, walk, self.cands, s.criterion, s.tau, s.fill, cache,
+                                            rows=scored, on_exit=keep if early is not None else None)
+            label, h = ex.label, ex.h
+            k_exit = ex.k_exit if ex.k_exit is not None else k_exit
         else:
             label, h = last(walk)
         if cache is not None:
             cache.pos += inp.size(1)
         logp = log_probs(model.readout(h[scored], label))
         out, greedy = logp.gather(1, y[:, None])[:, 0], logp.argmax(-1) == y
-        if early is not None:  # recompute fill: the exited positions' predictions are their exit readouts
+        if early is not None:
             out, greedy = torch.where(k_exit < K, early[0], out), torch.where(k_exit < K, early[1], greedy)
         # FLOPs: every real token, with its causal context (its position + 1)
         ctx = torch.arange(pos + 1, pos + 1 + inp.size(1))[None].expand_as(inp)
@@ -655,42 +657,6 @@ class Scorer:
             self.exits[k] += int(at.sum())
         self.scored_tokens += y.numel()
         return out.float(), greedy
-
-    def walk_with_exits(self, walk, x, scored, y, k_exit, cache):
-        """Consume the depth walk letting scored positions exit (module docstring). Returns the last (label, state)
-        and, for the recompute fill, the exit readouts' (log-prob, greedy)."""
-        s, model = self.setting, self.model
-        cand_at = {p: k for k, p in enumerate(self.cands)}
-        N = y.numel()
-        exited = torch.zeros(N, dtype=torch.bool)
-        early = (torch.zeros(N), torch.zeros(N, dtype=torch.bool)) if s.fill == "recompute" else None
-        frozen, frozen_mask = None, torch.zeros_like(scored)
-
-        def freezing(walk):  # exited tokens keep their state: later layers' KV slots are filled from it (propagate)
-            for label, h, cond in walk:
-                if frozen is not None and label.part == "loop":
-                    h.copy_(torch.where(frozen_mask[..., None], frozen, h))
-                yield label, h, cond
-
-        for cand in early_exit.scored_candidates(model, x, freezing(walk), self.cands, [s.criterion], cache,
-                                                 rows=scored):
-            if cand.scores is None:  # the full depth
-                return cand.label, cand.h, early
-            new = (cand.scores[s.criterion] < s.tau) & ~exited
-            if bool(new.any()):
-                k_exit[new] = cand_at[cand.pos]
-                exited |= new
-                if early is not None:
-                    lp = cand.logp
-                    if lp is None:
-                        lp = log_probs(early_exit.readout(model, cand.h, cand.label, cache, scored))
-                    early[0][new] = lp[new].gather(1, y[new][:, None])[:, 0].float()
-                    early[1][new] = lp[new].argmax(-1) == y[new]
-                else:
-                    mask = torch.zeros_like(scored)
-                    mask[scored] = new
-                    frozen = torch.where(mask[..., None], cand.h, cand.h if frozen is None else frozen)
-                    frozen_mask |= mask
 
     # ---- requests ----
     def window(self, ctx, cont):
@@ -795,30 +761,31 @@ class Scorer:
     # ---- generation (the harness's generate_until) ----
     @torch.no_grad()
     def generate(self, context_ids, max_new, until=(), eot_stops=True):
-        """Greedy decoding with the KV cache at this depth (exits through early_exit.decode_step), stopping at the
-        end-of-text token or the first stop string. Returns the text before the first stop string."""
+        """Greedy decoding with the KV cache at this depth (GPT.generate, exiting through early_exit.decode_step),
+        stopping at the end-of-text token or the first stop string. Returns the text before the first stop
+        string."""
         model, s = self.model, self.setting
         max_new = min(max_new, self.T - 1)
         ids = (list(context_ids) or [self.tok.eot])[-(self.T - max_new):]  # the context's end, as the harness
-        dev = next(model.parameters()).device
-        out = []
+        self.count(len(ids), len(ids) * (len(ids) + 1) // 2, self.costs["plain"])
+
+        def step(tok, cache):  # one decoding step, its FLOPs counted
+            context = cache.pos + 1
+            logits, st = early_exit.decode_step(model, tok, cache, self.labels, self.cands, s.criterion, s.tau,
+                                                s.fill, s.schedule)
+            self.tokens += 1
+            self.flops += early_exit.decode_flops(model, self.labels, [dict(st, context=context)], s.schedule)[0]
+            return logits
+
+        def stop(new):
+            new = new[0].tolist()
+            return (eot_stops and new[-1] == self.tok.eot) or any(u in self.tok.decode(new) for u in until)
         with self.autocast():
-            cache = KVCache(model.n_slots(s.schedule), 1, len(ids) + max_new)
-            logits = model(torch.tensor([ids], device=dev), cache=cache, schedule=s.schedule)[0][:, -1]
-            self.count(len(ids), len(ids) * (len(ids) + 1) // 2, self.costs["plain"])
-            for step in range(max_new):
-                nxt = logits[:, :model.config.vocab_size].argmax(-1, keepdim=True)
-                if eot_stops and int(nxt) == self.tok.eot:
-                    break
-                out.append(int(nxt))
-                if any(u in self.tok.decode(out) for u in until) or step == max_new - 1:
-                    break
-                ctx = cache.pos + 1
-                logits, st = early_exit.decode_step(model, nxt, cache, self.labels, self.cands, s.criterion,
-                                                    s.tau, s.fill, s.schedule)
-                st["context"] = ctx
-                self.tokens += 1
-                self.flops += early_exit.decode_flops(model, self.labels, [st], s.schedule)[0]
+            prompt = torch.tensor([ids], device=next(model.parameters()).device)
+            out = model.generate(prompt, max_new, temperature=0, schedule=s.schedule, step=step, stop=stop)
+        out = out[0, len(ids):].tolist()
+        if eot_stops and out and out[-1] == self.tok.eot:
+            out = out[:-1]
         text = self.tok.decode(out)
         for u in until:
             text = text.split(u)[0]

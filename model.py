@@ -840,19 +840,28 @@ class GPT(nn.Module):
 
     # ---- generation ----
     @torch.no_grad()
-    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, generator=None, schedule=None):
-        """Sample continuations with the KV cache. idx: (B, T) prompt token ids; schedule as in forward."""
+    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, generator=None, schedule=None, step=None,
+                 stop=None, logits_out=None):
+        """Sample continuations with the KV cache: the one generate loop (sample.py, early_exit.py's exit decoding,
+        eval.py's generation). idx: (B, T) prompt token ids; schedule as in forward; temperature 0: greedy.
+        step(tokens (B, 1), cache) -> the next logits (B, V): how a new token runs (default: the full depth;
+        early_exit.decode_step exits early); stop(new tokens so far, (B, n)) -> True ends the loop; logits_out: a
+        list that receives the logits each new token was drawn from."""
         B, T = idx.shape
         if T + max_new_tokens > self.config.block_size:
             raise ValueError(f"prompt ({T}) + max_new_tokens ({max_new_tokens}) exceeds block_size="
                              f"{self.config.block_size}")
         cache = KVCache(self.n_slots(schedule), B, T + max_new_tokens)
-        logits, _, _ = self(idx, cache=cache, schedule=schedule)
+        logits = self(idx, cache=cache, schedule=schedule)[0][:, -1]
         out = [idx]
-        for _ in range(max_new_tokens):
-            nxt = sample_next(logits[:, -1, :self.config.vocab_size], temperature, top_k, generator)
-            out.append(nxt)
-            logits, _, _ = self(nxt, cache=cache, schedule=schedule)
+        for n in range(max_new_tokens):
+            logits = logits[:, :self.config.vocab_size]
+            if logits_out is not None:
+                logits_out.append(logits)
+            out.append(sample_next(logits, temperature, top_k, generator))
+            if n == max_new_tokens - 1 or (stop is not None and stop(torch.cat(out[1:], dim=1))):
+                break
+            logits = step(out[-1], cache) if step else self(out[-1], cache=cache, schedule=schedule)[0][:, -1]
         return torch.cat(out, dim=1)
 
 
