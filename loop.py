@@ -191,15 +191,14 @@ class IterAdaLNModulator(nn.Module):
 class LoopCond:
     """What Block.forward receives as `cond` in one pass: the block's modulator bound to this pass's embedding c.
     A plain object, so the compiled block traces through it and c (a tensor) is a graph input. The walk yields it
-    with the block's output state; outside torch.compile it keeps what it returned, out = {"attn": (scale, shift,
-    gate), "ffn": (...)} (any of them None), for the conditioning statistics (analyze.py)."""
+    with the block's output state; it keeps what it returned, out = {"attn": (scale, shift, gate), "ffn": (...)}
+    (any of them None), for the conditioning statistics (analyze.py); a compiled block fills it too."""
 
     def __init__(self, modulator, c):
         self.modulator, self.c, self.out = modulator, c, {}
 
     def keep(self, branch, result):
-        if not torch.compiler.is_compiling():
-            self.out[branch] = result
+        self.out[branch] = result
         return result
 
     def attn(self, x):

@@ -826,6 +826,8 @@ class GPT(nn.Module):
         too: inductor fuses the fp32 cross-entropy into one pass over the logits."""
         for block in self.blocks:
             block.forward = torch.compile(block.forward, **kwargs)
+            if hasattr(block.ffn, "compiled"):  # an MoE layer picks its dispatch for a compiled block here, once
+                block.ffn.compiled = True
         self.loss = torch.compile(self.loss, **kwargs)
 
     def checkpoint_blocks(self):

@@ -114,6 +114,7 @@ class MoE(nn.Module):
         self.lb_coef, self.z_coef, self.seq_coef = config.moe_lb_coef, config.moe_z_coef, config.moe_seq_coef
         self.bias_rate, self.capacity_factor = config.moe_bias_rate, config.moe_capacity_factor
         self.dispatch = config.moe_dispatch
+        self.compiled = False  # GPT.compile_blocks sets it: the dispatch then keeps static shapes
         self.layer = layer_index
         self.router = nn.Linear(C, E, bias=False)
         # (E, out, in) like nn.Linear: p.size(-1) is the fan-in, as GPT.init_weights assumes for uniform init
@@ -205,14 +206,14 @@ class MoE(nn.Module):
         if self.training and torch.is_grad_enabled() and not _recomputing:  # training steps, each token once
             self.expert_load += load_E
         aux = self.balance_losses(logits_NE, probs_NE, experts_NK, load_E, B)
-        if not torch.compiler.is_compiling() and self._records is not None and not _recomputing:
+        if self._records is not None and not _recomputing:
             self._records.append(dict(layer=self.layer, loop=loop, shape=(B, T),
                                       experts=experts_NK.detach().cpu(), gates=gates_NK.detach().cpu(),
                                       router_input=x_NC.detach().float().cpu()))
         dtype = compute_dtype(h)
-        path = resolve_dispatch(self.dispatch, h.device, dtype)
+        path = resolve_dispatch(self.dispatch, h.device, dtype, self.compiled)
         y_NC = DISPATCH[path](x_NC.to(dtype), experts_NK, gates_NK, self.w_up.to(dtype), self.w_down.to(dtype),
-                              self.kind, self.capacity(B * T))
+                              self.kind, self.capacity(B * T), self.compiled)
         if self.shared_up is not None:
             y_NC = y_NC + expert_ffn(F.linear, x_NC.to(dtype), self.shared_up.to(dtype), self.shared_down.to(dtype),
                                      self.kind)
@@ -226,25 +227,25 @@ def compute_dtype(x):
     return x.dtype
 
 
-def resolve_dispatch(mode, device, dtype):
+def resolve_dispatch(mode, device, dtype, compiled=False):
     """'auto' -> the fastest path measured for the device and dtype (see the module docstring): on CUDA grouped
-    in bf16 (its fast kernel), else batched; on CPU loop, but batched under torch.compile (loop breaks the
+    in bf16 (its fast kernel), else batched; on CPU loop, but batched in a compiled block (loop breaks the
     graph, compiled grouped_mm needs bf16)."""
     if mode == "auto":
         if device.type == "cuda":
             return "grouped" if dtype == torch.bfloat16 else "batched"
-        return "batched" if torch.compiler.is_compiling() else "loop"
+        return "batched" if compiled else "loop"
     if mode == "grouped" and dtype not in (torch.float32, torch.bfloat16, torch.float16):
         raise ValueError(f"moe_dispatch='grouped' (torch grouped_mm) supports float32/bfloat16/float16, not {dtype}; "
                          "use moe_dispatch='batched' or 'loop'")
-    if mode == "grouped" and dtype != torch.bfloat16 and torch.compiler.is_compiling():
+    if mode == "grouped" and dtype != torch.bfloat16 and compiled:
         raise ValueError("compiled torch grouped_mm needs bfloat16: train with dtype=bfloat16 or use "
                          "moe_dispatch='batched' (or 'auto')")
     return mode
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# dispatch paths: (x_NC, experts_NK, gates_NK, w_up (E, U, C), w_down (E, C, H), kind, capacity) -> y_NC
+# dispatch paths: (x_NC, experts_NK, gates_NK, w_up (E, U, C), w_down (E, C, H), kind, capacity, compiled) -> y_NC
 
 def sort_slots(experts_NK, E, capacity):
     """Sort the S = N*K (token, slot) assignments by expert (stable: earlier tokens first within an expert).
@@ -275,7 +276,7 @@ def combine(y_SC, order_S, gates_NK, keep_S):
     return weighted_SC.new_zeros(N, y_SC.size(1)).index_add(0, order_S // K, weighted_SC)
 
 
-def dispatch_grouped(x_NC, experts_NK, gates_NK, w_up, w_down, kind, capacity):
+def dispatch_grouped(x_NC, experts_NK, gates_NK, w_up, w_down, kind, capacity, compiled=False):
     """Sort by expert, one grouped matmul per projection over the jagged expert groups (no host sync)."""
     E, K = w_up.size(0), experts_NK.size(1)
     order_S, load_E, _, keep_S = sort_slots(experts_NK, E, capacity)
@@ -298,7 +299,7 @@ def bucket(n):
     return 1 << max(n - 1, 0).bit_length() if n <= 64 else -(-n // 64) * 64
 
 
-def dispatch_loop(x_NC, experts_NK, gates_NK, w_up, w_down, kind, capacity):
+def dispatch_loop(x_NC, experts_NK, gates_NK, w_up, w_down, kind, capacity, compiled=False):
     """Sort by expert, then a Python loop over experts (not tokens): each expert's FFN on its contiguous rows
     with plain matmuls. Exact sizes (zero rows appended up to bucket() where few_shapes()); needs the loads on the
     host (one sync)."""
@@ -318,14 +319,15 @@ def dispatch_loop(x_NC, experts_NK, gates_NK, w_up, w_down, kind, capacity):
     return combine(torch.cat(y), order_S, gates_NK, keep_S)
 
 
-def dispatch_batched(x_NC, experts_NK, gates_NK, w_up, w_down, kind, capacity):
-    """Sort by expert, copy into a zero-padded (E, P, C) buffer, two batched matmuls, read the rows back."""
+def dispatch_batched(x_NC, experts_NK, gates_NK, w_up, w_down, kind, capacity, compiled=False):
+    """Sort by expert, copy into a zero-padded (E, P, C) buffer, two batched matmuls, read the rows back.
+    compiled: the shapes stay static (P = N without a capacity), as a compiled block needs."""
     E, K, (N, C) = w_up.size(0), experts_NK.size(1), x_NC.shape
     order_S, load_E, rank_S, keep_S = sort_slots(experts_NK, E, capacity)
     if capacity:
         P = capacity
-    elif torch.compiler.is_compiling():
-        P = N  # static worst case under compile (set moe_capacity_factor to make it smaller)
+    elif compiled:
+        P = N  # the static worst case (set moe_capacity_factor to make it smaller)
     else:
         P = min(N, -(-int(load_E.max()) // 8) * 8)  # the largest load, rounded up to 8: one host sync
     row_S = experts_NK.reshape(-1)[order_S] * P + rank_S  # row of each sorted slot in the padded buffer
@@ -387,10 +389,12 @@ def update_biases(model, world_size=1):
 @contextlib.contextmanager
 def record_routing(model):
     """`with record_routing(model) as records:` every MoE call inside appends one dict (see the module
-    docstring). Use it on an eager model: compiled blocks skip recording."""
+    docstring), on an eager model (a compiled block would record tensors of its trace)."""
     layers = moe_layers(model)
     if not layers:
         raise ValueError("record_routing: this model has no MoE layers (set n_expert > 0)")
+    if any(m.compiled for m in layers):
+        raise ValueError("record_routing: the model's blocks are compiled; record routing on an eager model")
     records = []
     for m in layers:
         m._records = records
