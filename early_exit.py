@@ -250,13 +250,15 @@ CRITERIA = dict(
     oracle=Criterion(bound=oracle_exits),
     optimal=Criterion(bound=optimal_exits),
 )
-DECODE_CRITERIA = tuple(c for c, rule in CRITERIA.items() if rule.bound is None)  # the rules
+def decode_criteria():
+    """The rules (the criteria a decoder can apply: not the bounds), registered ones included."""
+    return tuple(c for c, rule in CRITERIA.items() if rule.bound is None)
 
 
 def check_criterion(criterion, decoding=False):
-    allowed = DECODE_CRITERIA if decoding else tuple(CRITERIA)
+    allowed = decode_criteria() if decoding else tuple(CRITERIA)
     if criterion not in allowed:
-        bounds = " and ".join(c for c in CRITERIA if c not in DECODE_CRITERIA)
+        bounds = " and ".join(c for c in CRITERIA if c not in allowed)
         raise ValueError(f"unknown exit criterion {criterion!r}: use one of {allowed}"
                          + (f" ({bounds} need the full pass or the labels)" if decoding else ""))
 

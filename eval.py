@@ -1206,7 +1206,7 @@ def main(argv=None):
     from configurator import configure
     defaults = {k: v for k, v in globals().items() if k.islower() and not k.startswith("_")}
     cfg, _ = configure(defaults, None, argv, doc_source=__file__,
-                       choices=dict(criterion=early_exit.DECODE_CRITERIA, exit_fill=early_exit.FILLS,
+                       choices=dict(criterion=early_exit.decode_criteria(), exit_fill=early_exit.FILLS,
                                     dtype=("float32", "bfloat16")))
     cfg["device"] = pick_device(cfg["device"])
     torch.manual_seed(cfg["seed"])

@@ -27,7 +27,7 @@ import torch.nn.functional as F
 
 from loop import (BETWEEN_PASSES, CONDITIONING, ELASTIC, RESIDUAL_RULES, TRAJECTORY_SAMPLERS, Label, LoopCond,  # noqa: F401
                   ScalarEmbedder, add_aux, between_passes_kind, depth_lr_factor, make_plan, resolve_schedule)
-from moe import make_ffn, recomputing, update_biases
+from moe import ROUTERS, make_ffn, recomputing, update_biases
 
 
 @dataclass
@@ -184,7 +184,7 @@ CHOICES = dict(
     mlp=("swiglu", "gelu", "relu2"), pos_emb=("rope", "learned"), attn=("mha", "mla"), init=("normal", "uniform"),
     proj_init=("default", "gpt2"), injection=BETWEEN_PASSES, hc_pool=("mean", "sum"), residual_scaling=RESIDUAL_RULES,
     loop_cond=CONDITIONING, cond_init=("zero", "normal"), elastic=ELASTIC, consistency_on=("hidden", "logits"),
-    trajectory_sampler=TRAJECTORY_SAMPLERS, moe_router=("softmax", "sigmoid"),
+    trajectory_sampler=TRAJECTORY_SAMPLERS, moe_router=ROUTERS,
     moe_dispatch=("auto", "grouped", "batched", "loop"),
 )
 

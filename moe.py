@@ -150,25 +150,17 @@ class MoE(nn.Module):
 
     # ---- routing ----
     def route(self, x_NC):
-        """Router logits (fp32), the experts each token picks and their gates.
+        """Router logits (fp32), the experts each token picks and their gates (the router kind: ROUTERS).
         Returns logits_NE, probs_NE (for the balance losses), experts_NK (long), gates_NK (fp32)."""
         dtype = torch.promote_types(x_NC.dtype, torch.float32)  # routing decisions in fp32 (or fp64)
         with torch.autocast(x_NC.device.type, enabled=False):
             logits_NE = F.linear(x_NC.to(dtype), self.router.weight.to(dtype))
-        if self.router_kind == "sigmoid":
-            scores_NE = torch.sigmoid(logits_NE)
-            probs_NE = scores_NE / scores_NE.sum(-1, keepdim=True)
-        else:
-            scores_NE = probs_NE = torch.softmax(logits_NE, dim=-1)
+        router = ROUTERS[self.router_kind]
+        scores_NE, probs_NE = router.scores(logits_NE)
         # the bias only steers the selection; a stable descending sort breaks ties toward the lower index
         experts_NK = torch.sort(scores_NE + self.expert_bias, dim=-1, descending=True, stable=True)[1]
         experts_NK = experts_NK[:, :self.top_k].contiguous()
-        if self.router_kind == "sigmoid":
-            picked_NK = scores_NE.gather(1, experts_NK)
-            gates_NK = picked_NK / picked_NK.sum(-1, keepdim=True)
-        else:  # softmax over the selected logits only (Lee et al. 2026, arXiv:2605.09165, eq. 1)
-            gates_NK = torch.softmax(logits_NE.gather(1, experts_NK), dim=-1)
-        return logits_NE, probs_NE, experts_NK, gates_NK * self.route_scale
+        return logits_NE, probs_NE, experts_NK, router.gates(logits_NE, scores_NE, experts_NK) * self.route_scale
 
     def balance_losses(self, logits_NE, probs_NE, experts_NK, load_E, B):
         """The weighted auxiliary losses of this call (only the terms with a nonzero coefficient)."""
@@ -218,6 +210,39 @@ class MoE(nn.Module):
             y_NC = y_NC + expert_ffn(F.linear, x_NC.to(dtype), self.shared_up.to(dtype), self.shared_down.to(dtype),
                                      self.kind)
         return y_NC.view(B, T, C), aux
+
+
+class SoftmaxRouter:
+    """Lee et al. 2026 (arXiv:2605.09165, eq. 1): experts picked by logit, gates = softmax over the k selected
+    logits only; the balance losses' p = softmax over all logits."""
+
+    @staticmethod
+    def scores(logits_NE):
+        """(the scores experts are picked by, the probabilities p of the balance losses)"""
+        probs_NE = torch.softmax(logits_NE, dim=-1)
+        return probs_NE, probs_NE
+
+    @staticmethod
+    def gates(logits_NE, scores_NE, experts_NK):
+        return torch.softmax(logits_NE.gather(1, experts_NK), dim=-1)
+
+
+class SigmoidRouter:
+    """DeepSeek-V3 (arXiv:2412.19437; Chen et al. 2026, arXiv:2606.04438): scores s = sigmoid(logits), gates = the
+    selected scores renormalised to sum 1; p = the scores normalised per token."""
+
+    @staticmethod
+    def scores(logits_NE):
+        scores_NE = torch.sigmoid(logits_NE)
+        return scores_NE, scores_NE / scores_NE.sum(-1, keepdim=True)
+
+    @staticmethod
+    def gates(logits_NE, scores_NE, experts_NK):
+        picked_NK = scores_NE.gather(1, experts_NK)
+        return picked_NK / picked_NK.sum(-1, keepdim=True)
+
+
+ROUTERS = {"softmax": SoftmaxRouter, "sigmoid": SigmoidRouter}  # by config.moe_router
 
 
 def compute_dtype(x):
