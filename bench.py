@@ -266,9 +266,9 @@ def model_ratios(rows):
     executed FLOPs (FLOP/s ratio: Looped 8x2 executes Base's FLOPs per token)."""
     by = {r["model"]: r for r in rows}
     out = {}
-    for moe, dense in (("moe", "base"), ("looped_moe", "looped")):
-        if moe in by and dense in by:
-            out[f"{moe} / {dense} step time"] = by[moe]["step_s"] / by[dense]["step_s"]
+    for sparse, dense in (("moe", "base"), ("looped_moe", "looped")):
+        if sparse in by and dense in by:
+            out[f"{sparse} / {dense} step time"] = by[sparse]["step_s"] / by[dense]["step_s"]
     if "looped" in by and "base" in by:
         out["looped / base tokens/s at equal executed FLOPs"] = by["looped"]["flops_per_s"] / by["base"]["flops_per_s"]
     return out

@@ -72,8 +72,8 @@ def check_world(grad_accum, world_size):
 
 def keep_freed_memory():
     """Stop glibc from returning large freed blocks to the OS. Blocks over 32 MiB (logits and their gradient
-    for a 50k vocabulary) are otherwise mmap-ed fresh every step and page-faulted in again: about 7% of a
-    nanogpt-sized bf16 step here (bench.py), more on wall clock. Same effect as starting Python with
+    for a 50k vocabulary) are otherwise mmap-ed fresh every step and page-faulted in again (bench.py's nanogpt
+    preset in bf16 measures the cost). Same effect as starting Python with
     MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=2147483647. Linux/glibc only; returns False where it does nothing."""
     try:
         libc = ctypes.CDLL("libc.so.6")
@@ -86,8 +86,8 @@ def keep_freed_memory():
 def cpu_threads(threads, say=print, cores=None, load=None, env=None):
     """Torch's CPU thread count, said in one line: `threads` if > 0, else OMP_NUM_THREADS if the environment sets
     it, else (auto) the cores the 1-minute load average leaves idle, at least one. Every OpenMP thread waits for the
-    slowest at each op, so a thread sharing its core with another job stalls them all: with one busy neighbour on 2
-    cores the default run took 9.5 min on one thread and was heading for 30-57 min on two. cores defaults to torch's
+    slowest at each op, so a thread sharing its core with another job stalls them all (README: the main job with one
+    busy neighbour on 2 cores, on one thread and on two). cores defaults to torch's
     current thread count (at start, one per physical core), load to os.getloadavg() (machine-wide), env to
     os.environ."""
     env = os.environ if env is None else env
@@ -106,7 +106,7 @@ def cpu_threads(threads, say=print, cores=None, load=None, env=None):
 
 
 # -----------------------------------------------------------------------------------------------------------------
-# FSDP2 (torch.distributed.fsdp; imported where used: 0.6 s that runs without --fsdp do not pay) and reads
+# FSDP2 (torch.distributed.fsdp; imported where used: a slow import that runs without --fsdp do not pay) and reads
 # across ranks
 
 def shard_model(model, dtype):

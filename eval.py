@@ -1066,12 +1066,6 @@ def benchmark(model, tok, groups, repeats=3, autocast=None):
 # output
 
 
-def primary_rows(results, tasks):
-    """{model: {setting: {task: primary value}}} plus suite averages."""
-    return {m: {s: {t: r["tasks"][t][tasks[t][1]] for t in tasks if t in r["tasks"]} for s, r in per.items()}
-            for m, per in results.items()}
-
-
 def suite_averages(task_results, plan):
     """Per suite named in the plan: the mean primary metric over its groups (a group's tasks averaged first)."""
     out = {}

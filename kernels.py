@@ -4,12 +4,12 @@ small model's step beyond its matmuls. model.py computes the same things with to
 RoPE as its formula, F.cross_entropy), which is what a GPU and torch.compile run; `install(model)` swaps these in:
 
     FusedRMSNorm      y = x * rsqrt(mean(x^2) + eps) * g in 2 ops forward and 4 backward (F.rms_norm's CPU
-                      decomposition takes ~6 and ~10)
+                      decomposition takes several more of each)
     RoPE in place     both halves written in place, no cat, no saved activations (a rotation's backward is the
                       rotation by the opposite angle)
     chunked loss      cross-entropy and its gradient in one pass over the logits, chunk by chunk while a chunk is in
                       cache; the gradient is stored once in the logits' dtype (F.cross_entropy on logits.float()
-                      makes ~8 full-size passes, a large part of a step for a 50k vocabulary)
+                      makes several full-size passes, a large part of a step for a 50k vocabulary)
 
 The switch is train.py's `cpu_kernels` (on by default, used in eager CPU runs only, recorded in config.json: a
 resume with it changed is refused); every script that loads a run applies the run's setting (checkpoint.load_model).

@@ -89,7 +89,7 @@ class GPTConfig:
     cond_init: str = "zero"  # modulator output init: zero (the papers) | normal (LoopFormer's code: N(0, 0.02))
     # LR multiplier of the conditioning (modulators, loop/step embedders). 1 = the papers' one LR for all. A pass's
     # conditioning vector is the same for every token, so the modulator's weight gradient is rank one and Adam moves
-    # its gates by about lr*|silu(c)|_1 a step, ~100x a norm gain's lr: at a small model's LR the gates blow up
+    # its gates by about lr*|silu(c)|_1 a step, far more than a norm gain's lr: at a small model's LR the gates blow up
     # (records/jeddi2026.md); at 0.1 they stay small and the model trains.
     cond_lr_scale: float = 1.0
     elastic: str = "none"  # none | shortcut | early_exit | random_depth (see the heading)
@@ -224,7 +224,7 @@ def apply_rope(x, cos, sin):
 
 
 class KVCache:
-    """Preallocated cache entries, one slot per executed (loop, layer) step, for autoregressive decoding.
+    """The KV cache: one slot per step of the depth plan (an executed (pass, layer) step), for autoregressive decoding.
 
     A slot holds what its layer's attention module stores per token (its `cache_entry`): keys and values for
     multi-head attention, one latent per token for MLA. Slots are allocated on first write (their sizes differ

@@ -32,7 +32,7 @@ combine the gated outputs per token; none loops over tokens.
 - "loop": a Python loop over experts, plain matmuls on each expert's contiguous rows (exact sizes, one host
   sync, graph breaks under compile): the readable path, and the fastest on CPU. In bf16/fp16 on CPU each
   expert's rows are padded with zeros up to one of a few sizes (bucket()): oneDNN JIT-compiles a kernel for every
-  new matmul shape (about 2 ms, 10x the matmul itself at d=256), and expert loads change at every step.
+  new matmul shape (several times the matmul itself at small widths), and expert loads change at every step.
 - "auto": on CUDA grouped in bf16 (else batched); on CPU loop, batched under compile: the fastest path that
   bench_moe.py measured for each device and dtype (its output and the README hold the numbers). In bf16 on CPU
   the MoE step's cost beyond the dense step is mostly per stored parameter, not matmuls: autocast's bf16 copies
@@ -297,7 +297,7 @@ def combine(y_SC, order_S, gates_NK, keep_S):
     if y_SC.is_cuda:  # back to slot order, then sum each token's K rows: deterministic, no atomic adds
         unsort_S = torch.empty_like(order_S).scatter_(0, order_S, torch.arange(order_S.numel(), device=order_S.device))
         return weighted_SC.index_select(0, unsort_S).view(N, K, -1).sum(1)
-    # CPU: one index_add (deterministic there), about 1.7x faster than unsort + sum
+    # CPU: one index_add (deterministic there), faster than unsort + sum (bench_moe.py)
     return weighted_SC.new_zeros(N, y_SC.size(1)).index_add(0, order_S // K, weighted_SC)
 
 
@@ -313,7 +313,7 @@ def dispatch_grouped(x_NC, experts_NK, gates_NK, w_up, w_down, kind, capacity, c
 
 def few_shapes(x):
     """True where each new matrix shape costs a kernel compilation: CPU matmuls in bf16/fp16 go to oneDNN, which
-    JIT-compiles a kernel per new row count (about 2 ms, 10x the matmul itself at d=256); expert loads change at
+    JIT-compiles a kernel per new row count (several times the matmul itself at small widths); expert loads change at
     every step. fp32 goes to a BLAS that needs no compilation."""
     return x.device.type == "cpu" and x.dtype in (torch.bfloat16, torch.float16)
 

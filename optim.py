@@ -53,7 +53,7 @@ def make_optimizer(model, cfg, device_type):
         g["weight_decay"] = cfg["weight_decay"] if (g["decay"] and not cfg["wd_independent"]) else 0.0
         g["eps"] = cfg["adam_eps"] * g["eps_scale"]
         g["lr"] = cfg["lr"] * g["lr_scale"]
-    fused = device_type in ("cuda", "cpu")  # one multi-tensor kernel per step instead of ~10 ops per parameter
+    fused = device_type in ("cuda", "cpu")  # one multi-tensor kernel per step instead of several ops per parameter
     if cfg["optimizer"] == "muonh":  # Schwethelm et al. 2026: MuonH on matrices, AdamW (its own LRs) on the rest
         return MuonHAdamW(groups, cfg["lr"], (cfg["beta1"], cfg["beta2"]), fused=fused)
     if cfg["optimizer"] != "adamw":
@@ -113,7 +113,7 @@ def train_step(model, optimizer, get_batch, accum=1, ctx=nullcontext(), grad_cli
 
 def is_sharded(model):
     """True for a model that FSDP2's fully_shard has turned into an FSDPModule (asked without importing
-    torch.distributed.fsdp: 0.6 s at every start)."""
+    torch.distributed.fsdp, slow, at every start)."""
     return hasattr(model, "set_requires_gradient_sync")
 
 
