@@ -1,7 +1,8 @@
 """
 Parameter and FLOP accounting (the units every count of the project is built from: early_exit.py's exit costs too)
 and the capacity balancing of LoopMoE that rests on it. Scaling sweeps, planned with this accounting, live in
-sweep.py; the statistics of their results (scaling-law fits, delta phi, the power of a grid, the records' figures) in fits.py. Every command runs from here:
+sweep.py; the statistics of their results (scaling-law fits, delta phi, the power of a grid, the records' figures)
+in fits.py. Every command runs from here:
 
     python scaling.py count config/sparse_looped_moe.py --n_embd=704 --flops_budget=1e18
     python scaling.py sweep config/sweeps/isoflop_cpu.py [--dry_run]
