@@ -7,9 +7,11 @@ Checkpoints and the rules that keep a run's work safe:
 - writing checkpoints atomically, and the collapse guard (Checkpoints): a collapsed or diverged model is never
   saved over the last good one, and a run that stays collapsed stops, saying what to do.
 """
+import fcntl
 import math
 import os
 import shutil
+import signal
 import warnings
 
 import torch
@@ -130,7 +132,10 @@ def open_run(cfg, model_cfg, master, say):
     except OSError as e:
         raise ConfigError(f"cannot write to out_dir {out!r} ({e.strerror}): choose another --out_dir") from None
     if master:
+        lock_run_dir(out)
         clean_up_after_kill(path, say)
+        if os.path.exists(os.path.join(out, "result.json")):  # written at a run's end: this run has not ended
+            os.remove(os.path.join(out, "result.json"))
     if dist.is_initialized():
         dist.barrier()  # the other ranks read what rank 0 has put back
     if cfg["resume"]:
@@ -146,6 +151,69 @@ def open_run(cfg, model_cfg, master, say):
     if master and os.path.exists(other):  # a new run's checkpoint is the only one in out_dir
         shutil.rmtree(other) if os.path.isdir(other) else os.remove(other)
     return None, {}
+
+
+_held_locks = {}  # run directory -> the open lock file this process holds (the OS releases it when we die)
+
+
+def lock_run_dir(out):
+    """One run per directory: an exclusive lock on out_dir/.lock for the rest of this process's life (flock; the OS
+    drops it when the process dies, so a kill never leaves a stale lock). Another process's run in it is refused,
+    naming its pid; this process may open its own directory again (a test's second run)."""
+    real = os.path.realpath(out)
+    if real in _held_locks:
+        return
+    f = open(os.path.join(out, ".lock"), "a+")
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        f.seek(0)
+        holder = f.read().strip() or "?"
+        f.close()
+        raise ConfigError(f"{out} is in use by another run (process {holder}): wait for it to end, or choose "
+                          "another --out_dir") from None
+    f.seek(0)
+    f.truncate()
+    f.write(f"{os.getpid()}\n")
+    f.flush()
+    _held_locks[real] = f
+
+
+# a run stopped by one of these saves a checkpoint to resume from, then exits with EXIT_RESUMABLE
+STOP_SIGNALS = ("SIGINT", "SIGTERM", "SIGUSR1", "SIGUSR2")  # Ctrl-C, schedulers and `timeout`, Slurm's warnings
+EXIT_RESUMABLE = 75  # EX_TEMPFAIL: the run is not done, --resume continues it (a scheduler may requeue it)
+
+
+class SignalStop:
+    """While a run trains: the first of STOP_SIGNALS asks it to stop after the current step (it saves and exits
+    with EXIT_RESUMABLE); a second Ctrl-C stops at once. restore() puts the previous handlers back."""
+
+    def __init__(self, say):
+        self.received, self.say = None, say
+        self.previous = {name: signal.signal(getattr(signal, name), self.handle) for name in STOP_SIGNALS}
+
+    def handle(self, signum, frame):
+        name = signal.Signals(signum).name
+        if self.received is not None and name == "SIGINT":
+            self.say("second Ctrl-C: stopping now, without saving (the last checkpoint stays)")
+            raise SystemExit(130)
+        self.received = name
+        self.say(f"{name}: finishing this step, then saving a checkpoint to resume from (Ctrl-C again: stop now)")
+
+    def due(self, env, log_step):
+        """True when the run should stop now. With DDP the ranks agree at log steps, where the loop reads values on
+        the host anyway (one all_reduce of the flag): no rank leaves a collective the others wait in."""
+        if not env.ddp:
+            return self.received is not None
+        if not log_step:
+            return False
+        flag = torch.tensor(float(self.received is not None), device=env.device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        return bool(flag)
+
+    def restore(self):
+        for name, handler in self.previous.items():
+            signal.signal(getattr(signal, name), handler)
 
 
 def checkpoint_path(cfg):
@@ -214,11 +282,8 @@ class Checkpoints:
             if keep:
                 self.say(f"step {step}: not saved, to keep the checkpoint of step {self.last_saved} (val loss "
                          f"{self.saved_val:.4f})")
-            elif self.sharded is not None:
-                run_state = {k: v for k, v in state().items() if k not in ("model", "optimizer")}
-                save_sharded(self.path, *self.sharded, run_state, self.master)
-            elif state is not None:  # rank 0 writes
-                save_checkpoint(self.path, state())
+            else:
+                self.write(state)
         if may_save and not keep:
             self.last_saved, self.saved_val = step, val_loss
         if self.cfg["collapse_evals"] and self.collapsed_evals >= self.cfg["collapse_evals"]:
@@ -227,6 +292,29 @@ class Checkpoints:
         if self.cfg["collapse_evals"] and self.uniform_evals >= self.cfg["collapse_evals"]:
             self.stop(f"step {step}: training diverged or is stuck (val loss {val_loss:.4f}, no better than "
                       f"guessing uniformly, ln V = {self.uniform:.4f}, for {self.uniform_evals} evals after warm-up)")
+
+    def write(self, state):
+        """Write state() (a dict as ckpt.pt holds it): every rank its shards with --fsdp, else rank 0 (state None
+        on the other ranks)."""
+        if self.sharded is not None:
+            run_state = {k: v for k, v in state().items() if k not in ("model", "optimizer")}
+            save_sharded(self.path, *self.sharded, run_state, self.master)
+        elif state is not None:
+            save_checkpoint(self.path, state())
+
+    def save_for_resume(self, step, signal_name, state):
+        """After a stop signal: a checkpoint to resume from at `step`, unless the collapse guard is keeping the last
+        good one; then exit with EXIT_RESUMABLE."""
+        if self.cfg["collapse_evals"] and (self.collapsed_evals or self.uniform_evals):
+            self.say(f"{signal_name}: stopped before step {step}, not saved, to keep the checkpoint of step "
+                     f"{self.last_saved} (val loss {self.saved_val:.4f}); --resume continues from there")
+        else:
+            self.write(state)
+            self.say(f"{signal_name}: stopped before step {step} and saved {self.path}; add --resume to the same "
+                     "command to continue")
+        if self.env.ddp:
+            dist.destroy_process_group()
+        raise SystemExit(EXIT_RESUMABLE)
 
     def stop(self, reason):
         if self.saved_val < self.entropy:

@@ -24,6 +24,7 @@ result.json.
 import contextlib
 import importlib.util
 import json
+import math
 import os
 import re
 import time
@@ -35,7 +36,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 import kernels
 import scaling
 from checkpoint import RESUME_CHANGEABLE as _RESUME_CHANGEABLE  # (a leading _: not a setting of this file)
-from checkpoint import Checkpoints, changed_keys, checkpoint_path, load_sharded, open_run
+from checkpoint import Checkpoints, SignalStop, changed_keys, checkpoint_path, load_sharded, open_run
 from configurator import ConfigError, configure, run
 from data import Prefetcher, TokenData, default_data_dir, ensure_data, hf_of, to_device, training_vocab
 from distributed import peak_flops, read_scalars, setup, shard_model
@@ -247,8 +248,9 @@ class RunLog:
     run's clock (throughput counts training time only). A resumed run first drops the lines it will write again.
     With --wandb_project every record also goes to a wandb run (wandb is imported only then)."""
 
-    def __init__(self, cfg, env, model, data, resume_step=None, changes=None):
+    def __init__(self, cfg, env, model, data, resume_step=None, changes=None, wall_before=0.0):
         self.cfg, self.env, self.model, self.master, self.wandb = cfg, env, model, env.master, None
+        self.wall_before = wall_before  # seconds the run trained before this segment (a resumed run)
         self.path = os.path.join(cfg["out_dir"], "log.jsonl")
         config = {"train": cfg, "model": model.config.to_dict(), "world_size": env.world_size}
         if self.master:
@@ -292,6 +294,10 @@ class RunLog:
                 f"{f'{self.peak:.3g} FLOP/s' if self.peak else 'unknown (no MFU)'}")
         self.t_start = self.t_last = time.time()
 
+    def wall(self):
+        """Seconds since the run started, summed over its segments."""
+        return self.wall_before + time.time() - self.t_start
+
     @contextlib.contextmanager
     def paused(self):
         """Time inside does not count as training time."""
@@ -304,11 +310,11 @@ class RunLog:
              f"step {step}/{max_steps} | val loss {val_loss:.4f}")
 
     def train(self, step, max_steps, tokens_per_step, loss, aux, grad_norm, lr, non_finite, stop):
-        """After each step; at log steps one host read of everything logged (stop(reason) if a loss is not
-        finite), one record and one line."""
+        """After each step; at log steps (returns True) one host read of everything logged (stop(reason) if a loss
+        is not finite), one record and one line."""
         self.tokens_since += tokens_per_step
         if not (step % self.cfg["log_interval"] == 0 or step == max_steps - 1):
-            return
+            return False
         extra = list(aux.values()) + ([] if grad_norm is None else [grad_norm])
         self.train_loss, bad, *extra = read_scalars([loss, non_finite] + extra, self.env, reduce=2)
         if bad:
@@ -329,18 +335,20 @@ class RunLog:
             text += f" | peak mem {record['peak_mem_gib']:.1f} GiB"
         self(record, f"{text} | eta {format_time(eta)}")
         self.t_last, self.tokens_since = time.time(), 0
+        return True
 
     def finish(self, max_steps, tokens_per_step, flops_per_token, val_loss, best_val, entropy):
-        """result.json and the closing line (rank 0)."""
-        wall = time.time() - self.t_start
+        """result.json (strict JSON: a value that is not a finite number is null) and the closing line (rank 0)."""
+        wall = self.wall()
         if not self.master:
             return
         result = {"val_loss": val_loss, "best_val_loss": best_val, "train_loss": self.train_loss, "steps": max_steps,
                   "tokens": max_steps * tokens_per_step, "flops": max_steps * tokens_per_step * flops_per_token,
                   "flops_convention": self.cfg["flops_convention"], "wall_s": wall, "unigram_entropy": entropy,
                   "above_unigram_entropy": val_loss >= entropy, **scaling.count_params(self.model)}
+        result = {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in result.items()}
         with open(os.path.join(self.cfg["out_dir"], "result.json"), "w") as f:
-            json.dump(result, f, indent=1)
+            json.dump(result, f, indent=1, allow_nan=False)
         self.env.say(f"done in {format_time(wall)}: val loss {val_loss:.4f} nats (unigram entropy {entropy:.4f}); run "
                      f"directory {self.cfg['out_dir']}")
         if val_loss >= entropy and max_steps > self.cfg["warmup_iters"]:
@@ -369,7 +377,8 @@ def main(argv=None):
     max_steps, tokens_per_step, flops_per_token = steps_for(cfg, raw_model)
     data = load_data(cfg, env, T, max(max_steps * tokens_per_step, T + 1))  # the tokens the run draws
     entropy = data.unigram_entropy()  # what a model that ignores the context scores: the collapse line
-    log = RunLog(cfg, env, raw_model, data, start_step if ckpt is not None else None, changes)
+    log = RunLog(cfg, env, raw_model, data, start_step if ckpt is not None else None, changes,
+                 ckpt.get("wall_s", 0.0) if ckpt is not None else 0.0)
     log.announce(max_steps, tokens_per_step, flops_per_token)
     checkpoints = Checkpoints(cfg, env, entropy, model_cfg.vocab_size, ckpt, start_step, best_val,
                               sharded=(raw_model, optimizer) if cfg["fsdp"] else None)  # and the collapse guard
@@ -380,37 +389,44 @@ def main(argv=None):
     # Nothing in a steady-state step reads a value on the host (a GPU sync): the loss and a non-finite flag stay on
     # the device and are read, with the rest of a log record, in one read at log steps (and the flag at eval steps).
     non_finite = torch.zeros((), dtype=torch.bool, device=env.device)  # any training loss not finite since a read
-    val_loss = float("nan")
-    for step in range(start_step, max_steps + 1):
-        if step % cfg["eval_interval"] == 0 or step == max_steps:  # evaluation and checkpoint
-            with log.paused():  # throughput counts training time only
-                val_loss = checkpoints.read_val(step, evaluate(raw_model, data, cfg, env), non_finite, raw_model)
-                best_val = min(best_val, val_loss)
-                log.val(step, max_steps, tokens_per_step, val_loss)
-                state = lambda: dict(  # noqa: E731 (what a resumed run needs, written only if saved)
-                    model=raw_model.state_dict(), optimizer=optimizer.state_dict(), model_config=model_cfg.to_dict(),
-                    train_config=cfg, step=step, best_val=best_val, val_loss=val_loss, rng_cpu=torch.get_rng_state(),
-                    data_position=dict(step=step, micro_batches_done=step * cfg["grad_accum"]))
-                checkpoints.after_eval(step, val_loss, step > start_step or ckpt is None,
-                                       state if env.master or cfg["fsdp"] else None)
-        if step == max_steps:
-            break
+    val_loss = ckpt.get("val_loss", float("nan")) if ckpt is not None else float("nan")
 
-        schedule = lr_multiplier(step, max_steps, cfg)
-        set_lr(optimizer, cfg["lr"] * schedule)
+    def state(at):  # what a run resumed at step `at` needs (written only when saved)
+        return None if not (env.master or cfg["fsdp"]) else lambda: dict(
+            model=raw_model.state_dict(), optimizer=optimizer.state_dict(), model_config=model_cfg.to_dict(),
+            train_config=cfg, step=at, best_val=best_val, val_loss=val_loss, rng_cpu=torch.get_rng_state(),
+            data_position=dict(step=at, micro_batches_done=at * cfg["grad_accum"]), wall_s=log.wall())
+    stop = SignalStop(env.say)  # SIGINT, SIGTERM, SIGUSR1/2: finish the step, save, exit (checkpoint.py)
+    try:
+        for step in range(start_step, max_steps + 1):
+            if step % cfg["eval_interval"] == 0 or step == max_steps:  # evaluation and checkpoint
+                with log.paused():  # throughput counts training time only
+                    val_loss = checkpoints.read_val(step, evaluate(raw_model, data, cfg, env), non_finite, raw_model)
+                    best_val = min(best_val, val_loss)
+                    log.val(step, max_steps, tokens_per_step, val_loss)
+                    checkpoints.after_eval(step, val_loss, step > start_step or ckpt is None, state(step))
+            if step == max_steps:
+                break
 
-        def get_batch(micro):  # this micro-batch, and the next one prefetched
-            return batches.get((step, micro), (step, micro + 1) if micro + 1 < env.accum else (step + 1, 0))
+            schedule = lr_multiplier(step, max_steps, cfg)
+            set_lr(optimizer, cfg["lr"] * schedule)
 
-        def rng(micro):  # LoopFormer's trajectory sampler, seeded by the global micro-batch index
-            return trajectory_rng(cfg["seed"], step * cfg["grad_accum"] + micro * env.world_size + env.rank)
+            def get_batch(micro):  # this micro-batch, and the next one prefetched
+                return batches.get((step, micro), (step, micro + 1) if micro + 1 < env.accum else (step + 1, 0))
 
-        loss, aux, grad_norm = train_step(model, optimizer, get_batch, env.accum, env.ctx, cfg["grad_clip"],
-                                          cfg["weight_decay"] if cfg["wd_independent"] else 0.0, schedule,
-                                          env.world_size, rng)
-        non_finite |= ~torch.isfinite(loss)
-        log.train(step, max_steps, tokens_per_step, loss, aux, grad_norm, cfg["lr"] * schedule, non_finite,
-                  checkpoints.stop)
+            def rng(micro):  # LoopFormer's trajectory sampler, seeded by the global micro-batch index
+                return trajectory_rng(cfg["seed"], step * cfg["grad_accum"] + micro * env.world_size + env.rank)
+
+            loss, aux, grad_norm = train_step(model, optimizer, get_batch, env.accum, env.ctx, cfg["grad_clip"],
+                                              cfg["weight_decay"] if cfg["wd_independent"] else 0.0, schedule,
+                                              env.world_size, rng)
+            non_finite |= ~torch.isfinite(loss)
+            logged = log.train(step, max_steps, tokens_per_step, loss, aux, grad_norm, cfg["lr"] * schedule, non_finite,
+                               checkpoints.stop)
+            if stop.due(env, logged):
+                checkpoints.save_for_resume(step + 1, stop.received, state(step + 1))
+    finally:
+        stop.restore()
 
     # ---- the end: result.json, a sample ----
     log.finish(max_steps, tokens_per_step, flops_per_token, val_loss, best_val, entropy)

@@ -509,3 +509,83 @@ def test_sharded_checkpoint_swap_leaves_a_complete_one(tmp_path):
 def test_fsdp_needs_torchrun(data_dir, tmp_path):
     with pytest.raises(ConfigError, match="--fsdp=True shards the model over the ranks that torchrun starts"):
         train.main(TINY + data_dir + ["--fsdp=True", f"--out_dir={tmp_path / 'one'}"])
+
+
+# ---- one run per directory, signals save, result.json -------------------------------------------------------
+
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM", "SIGUSR1", "SIGUSR2"])
+def test_a_stop_signal_finishes_the_step_saves_and_the_resumed_run_is_the_uninterrupted_one(data_dir, tmp_path,
+                                                                                         monkeypatch, sig):
+    common = TINY + data_dir + ["--max_iters=12", "--eval_interval=4"]
+    ref, cut = str(tmp_path / "ref"), str(tmp_path / "cut")
+    train.main(common + [f"--out_dir={ref}"])
+    real_step, calls = train.train_step, []
+
+    def step_then_signal(*args, **kwargs):  # the signal arrives while step 5 trains
+        out = real_step(*args, **kwargs)
+        calls.append(1)
+        if len(calls) == 6:
+            os.kill(os.getpid(), getattr(signal, sig))
+        return out
+    monkeypatch.setattr(train, "train_step", step_then_signal)
+    before = signal.getsignal(getattr(signal, sig))
+    with pytest.raises(SystemExit) as e:
+        train.main(common + [f"--out_dir={cut}"])
+    assert e.value.code == checkpoint.EXIT_RESUMABLE
+    saved = torch.load(os.path.join(cut, "ckpt.pt"), weights_only=True)
+    assert saved["step"] == 6 and saved["wall_s"] > 0  # step 5 finished, then saved
+    assert signal.getsignal(getattr(signal, sig)) is before  # the handlers are put back
+    monkeypatch.setattr(train, "train_step", real_step)
+    train.main(common + [f"--out_dir={cut}", "--resume"])
+    assert losses(cut) == losses(ref)  # bit for bit
+    assert json.load(open(os.path.join(cut, "result.json")))["wall_s"] > saved["wall_s"]  # both segments
+
+
+def test_a_second_ctrl_c_stops_at_once(data_dir, tmp_path, monkeypatch):
+    real_step = train.train_step
+
+    def step_twice_interrupted(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGINT)
+        os.kill(os.getpid(), signal.SIGINT)
+        return real_step(*args, **kwargs)
+    monkeypatch.setattr(train, "train_step", step_twice_interrupted)
+    out = str(tmp_path / "run")
+    with pytest.raises(SystemExit) as e:
+        train.main(TINY + data_dir + ["--max_iters=12", "--eval_interval=4", f"--out_dir={out}"])
+    assert e.value.code == 130
+    assert torch.load(os.path.join(out, "ckpt.pt"), weights_only=True)["step"] == 0  # only the step-0 checkpoint
+
+
+def test_one_run_per_directory_while_it_lives(data_dir, tmp_path):
+    out = str(tmp_path / "run")
+    args = [sys.executable, "train.py"] + TINY + data_dir + ["--max_iters=100000", f"--out_dir={out}"]
+    proc = subprocess.Popen(args, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 60
+        while not os.path.exists(os.path.join(out, "log.jsonl")) and time.time() < deadline:
+            time.sleep(0.05)
+        for extra in (["--overwrite"], ["--resume"]):  # a second run or a resume, from another process
+            res = subprocess.run(args + extra, cwd=REPO, capture_output=True, text=True)
+            assert res.returncode == 2 and f"is in use by another run (process {proc.pid})" in res.stderr
+            assert "Traceback" not in res.stderr
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    train.main(TINY + data_dir + ["--max_iters=2", "--eval_interval=1", f"--out_dir={out}", "--overwrite"])  # freed
+
+
+def test_result_json_is_strict_and_only_written_at_a_runs_end(data_dir, tmp_path, monkeypatch):
+    out = str(tmp_path / "run")
+    train.main(TINY + data_dir + ["--max_iters=0", f"--out_dir={out}"])  # no training step: no train loss
+    result = json.loads(open(os.path.join(out, "result.json")).read(),
+                        parse_constant=lambda c: pytest.fail(f"{c} is not JSON"))
+    assert result["train_loss"] is None and math.isfinite(result["val_loss"])
+    real_step = train.train_step
+
+    def step_then_term(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGTERM)
+        return real_step(*args, **kwargs)
+    monkeypatch.setattr(train, "train_step", step_then_term)
+    with pytest.raises(SystemExit):  # a new run in its place, stopped before its end: the old result is gone
+        train.main(TINY + data_dir + ["--max_iters=4", "--eval_interval=1", f"--out_dir={out}", "--overwrite"])
+    assert not os.path.exists(os.path.join(out, "result.json"))
