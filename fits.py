@@ -796,7 +796,7 @@ def fit_lr(rows, group=("n_embd",), panel="arch", reference=None, max_loss=float
             # without interpolation: the run at the reference's best grid LR against this group's best run
             same = np.isclose(lr, groups[ref]["grid_best_lr"])
             g["regret_grid"] = float(loss[same].min() - loss.min()) if same.any() else None
-        result[str(p)] = dict(reference=ref, transferred_lr=ref_lr, groups=groups,
+        result[str(p)] = dict(reference=ref, transferred_lr=ref_lr, groups=groups, group_keys=list(group),
                               max_regret=max(g["regret"] for g in groups.values()),
                               max_regret_rel=max(g["regret_rel"] for g in groups.values()),
                               max_abs_shift_log2=max(abs(g["shift_log2"]) for g in groups.values()))
@@ -974,6 +974,31 @@ def main_test(argv):
 
 
 # ---- figures: PNG next to a JSON of the numbers they show ----
+# What a slide says for a field, an arch or a group key: ONE map (issue 30), axis names with their unit in brackets,
+# group keys as a format. A name not in it (an arm of a sweep) is shown with spaces for its underscores.
+NAMES = {"params_active": "active parameters N (count)", "params_unique_nonembed": "unique parameters N (count)",
+         "val_loss": "validation loss (nats)", "lr": "peak learning rate (dimensionless)",
+         "flops_budget": "training compute C (FLOPs)", "n_embd": "width {}", "n_layer": "{} layers",
+         "n_loop": "loop count {}"}
+SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
+
+
+def readable(name):
+    return NAMES.get(str(name), str(name).replace("_", " "))
+
+
+def group_name(keys, values):
+    """('n_layer', 'n_loop'), (4, 2) -> '4 layers, loop count 2'."""
+    values = values if isinstance(values, (list, tuple)) else [values]
+    return ", ".join(NAMES.get(k, k.replace("_", " ") + " {}").format(v) for k, v in zip(keys, values))
+
+
+def flops_name(C):
+    """3e11 -> '3×10¹¹ FLOPs', as a slide writes a budget."""
+    exponent = math.floor(math.log10(C) + 1e-9)
+    mantissa = f"{C / 10 ** exponent:.3g}"
+    return ("" if mantissa == "1" else mantissa + "×") + "10" + str(exponent).translate(SUPERSCRIPT) + " FLOPs"
+
 
 def _figure(panels, width=5.0, height=4.0):
     import matplotlib
@@ -995,14 +1020,15 @@ def _save(fig, numbers, path):
 
 def plot_isoflop(result, path):
     """Lee et al. Fig. 3/4 style: isoFLOP parabolas with stars at the optima and the power law through them, one
-    panel per architecture, then all power laws together."""
+    panel per architecture, then all power laws together. Each run is a dot (several seeds: several dots)."""
     archs = [a for a in result if "alpha" in result[a]] or list(result)
     fig, axes = _figure(len(archs) + 1)
     colors = _colors(max(len(v["budgets"]) for v in result.values()))
+    n_label = readable(next((result[a]["n_key"] for a in archs if "n_key" in result[a]), "params_active"))
     for ax, arch in zip(axes, archs):
         for color, b in zip(colors, result[arch]["budgets"]):
             N, loss = np.array(b["N"]), np.array(b["loss"])
-            ax.scatter(N, loss, color=color, s=14, label=f"C={b['flops_budget']:.2g}")
+            ax.scatter(N, loss, color=color, s=14, label=flops_name(b["flops_budget"]))
             if "coef" in b:
                 lo, hi = np.log([min(N.min(), b.get("N_opt", np.inf)), max(N.max(), b.get("N_opt", 0))])
                 x = np.linspace(lo - 0.2, hi + 0.2, 100)
@@ -1011,13 +1037,13 @@ def plot_isoflop(result, path):
                 ax.scatter([b["N_opt"]], [b["loss_opt"]], marker="*", s=140, color=color if b["inside"] else "none",
                            edgecolor=color if not b["inside"] else "k", zorder=3)
         _power_line(ax, result[arch], "k", f"$L \\propto N^{{-{result[arch].get('alpha', float('nan')):.3f}}}$")
-        ax.set(xscale="log", title=arch, xlabel=result[arch].get("n_key", "N"), ylabel="validation loss (nats)")
+        ax.set(xscale="log", title=readable(arch), xlabel=n_label, ylabel=readable("val_loss"))
         _legend(ax)
     for color, arch in zip(_colors(len(archs)), archs):
         opt = [b for b in result[arch]["budgets"] if "N_opt" in b]
         axes[-1].scatter([b["N_opt"] for b in opt], [b["loss_opt"] for b in opt], marker="*", s=100, color=color)
-        _power_line(axes[-1], result[arch], color, f"{arch}: alpha={result[arch].get('alpha', float('nan')):.3f}")
-    axes[-1].set(xscale="log", title="compute-optimal points", xlabel="N", ylabel="validation loss (nats)")
+        _power_line(axes[-1], result[arch], color, f"{readable(arch)}: α = {result[arch].get('alpha', math.nan):.3f}")
+    axes[-1].set(xscale="log", title="compute-optimal points", xlabel=n_label, ylabel=readable("val_loss"))
     _legend(axes[-1])
     return _save(fig, result, path)
 
@@ -1052,18 +1078,22 @@ def plot_chinchilla(result, rows, path):
         N = column(arch_rows, fit["n_key"])
         F_of = flops_curve(N, run_flops(arch_rows))
         for color, (C, cell) in zip(_colors(len(fit["budgets"])), group_by(arch_rows, "flops_budget").items()):
-            ax.scatter(column(cell, fit["n_key"]), column(cell, "val_loss"), color=color, s=14, label=f"C={C:.2g}")
+            ax.scatter(column(cell, fit["n_key"]), column(cell, "val_loss"), color=color, s=14, label=flops_name(C))
             n = np.geomspace(N.min() / 1.5, N.max() * 1.5, 100)
             ax.plot(n, law_predict(theta, law_data(n, 0 * n, 1 + 0 * n, C / F_of(n), 1 + 0 * n)), color=color, lw=1)
-        ax.set(xscale="log", title=f"{arch}: alpha={fit['alpha']:.3f} beta={fit['beta']:.3f} R2={fit['r2']:.4f}",
-               xlabel=fit["n_key"], ylabel="validation loss (nats)")
+        ax.set(xscale="log", title=f"{readable(arch)}: α = {fit['alpha']:.3f}, β = {fit['beta']:.3f}, "
+                                   f"R² = {fit['r2']:.4f}", xlabel=readable(fit["n_key"]), ylabel=readable("val_loss"))
         _legend(ax)
     for color, arch in zip(_colors(len(archs)), archs):
-        co = result[arch]["compute_optimal"]
-        axes[-2].plot(co["flops"], co["N"], color=color, label=f"{arch}: C^{result[arch].get('N_opt_exponent', 0):.2f}")
-        axes[-1].plot(co["flops"], co["D"], color=color, label=f"{arch}: C^{result[arch].get('D_opt_exponent', 0):.2f}")
-    axes[-2].set(xscale="log", yscale="log", title="compute-optimal N*", xlabel="training FLOPs C")
-    axes[-1].set(xscale="log", yscale="log", title="compute-optimal D*", xlabel="training FLOPs C")
+        co, fit = result[arch]["compute_optimal"], result[arch]
+        axes[-2].plot(co["flops"], co["N"], color=color,
+                      label=f"{readable(arch)}: $\\propto C^{{{fit.get('N_opt_exponent', 0):.2f}}}$")
+        axes[-1].plot(co["flops"], co["D"], color=color,
+                      label=f"{readable(arch)}: $\\propto C^{{{fit.get('D_opt_exponent', 0):.2f}}}$")
+    axes[-2].set(xscale="log", yscale="log", title="compute-optimal N*", xlabel=readable("flops_budget"),
+                 ylabel="compute-optimal N* (count)")
+    axes[-1].set(xscale="log", yscale="log", title="compute-optimal D*", xlabel=readable("flops_budget"),
+                 ylabel="compute-optimal D* (tokens)")
     _legend(axes[-2])
     _legend(axes[-1])
     return _save(fig, result, path)
@@ -1073,30 +1103,29 @@ def plot_joint(result, path):
     """Schwethelm et al. Fig. 1: N(r), F(r) and N_eff(r) relative to r=1 at matched width; compute-optimal loss
     per r against C with the free-phi fit (solid) and the phi=1 fit (dashed); the bootstrap distribution of phi."""
     fig, axes = _figure(3)
-    eq = result["equivalent_size"]
+    eq, phi = result["equivalent_size"], result["free"]["phi"]
     r = [1] + [int(k) for k in eq]
-    axes[0].plot(r, [1] + [eq[k]["N_ratio"] for k in eq], "o-", label="unique params N(r)")
-    axes[0].plot(r, [1] + [eq[k]["train_flops_ratio"] for k in eq], "s-", label="training FLOPs F(r)")
-    axes[0].plot(r, [1] + [eq[k]["N_eff_ratio"] for k in eq], "^-",
-                 label=f"N_eff, phi={result['free']['phi']:.2f}")
-    axes[0].set(xscale="log", xticks=r, xticklabels=[str(v) for v in r], xlabel="recurrences r",
-                ylabel="relative to r=1", title="iso-depth accounting")
+    axes[0].plot(r, [1] + [eq[k]["N_ratio"] for k in eq], "o-", label="unique parameters N(r)")
+    axes[0].plot(r, [1] + [eq[k]["train_flops_ratio"] for k in eq], "s-", label="training compute F(r)")
+    axes[0].plot(r, [1] + [eq[k]["N_eff_ratio"] for k in eq], "^-", label=f"effective parameters, φ = {phi:.2f}")
+    axes[0].set(xscale="log", xticks=r, xticklabels=[str(v) for v in r], xlabel="recurrences r (count)",
+                ylabel="relative to r = 1 (ratio)", title="iso-depth accounting")
     axes[0].minorticks_off()
     _legend(axes[0])
     for color, (r_loop, fr) in zip(_colors(len(result["frontier"])), result["frontier"].items()):
-        axes[1].plot(fr["flops"], fr["free"], "-", color=color, label=f"r={r_loop}")
+        axes[1].plot(fr["flops"], fr["free"], "-", color=color, label=f"r = {r_loop}")
         axes[1].plot(fr["flops"], fr["phi=1"], "--", color=color, lw=0.8)
         axes[1].scatter([b["flops_budget"] for b in fr["best_runs"]], [b["loss"] for b in fr["best_runs"]],
                         marker="x", color=color)
-    axes[1].set(xscale="log", xlabel="training FLOPs C", ylabel="compute-optimal loss",
-                title=f"phi={result['free']['phi']:.2f} (solid), phi=1 (dashed)")
+    axes[1].set(xscale="log", xlabel=readable("flops_budget"), ylabel="compute-optimal loss (nats)",
+                title=f"φ = {phi:.2f} (solid), φ = 1 (dashed)")
     _legend(axes[1])
     if "bootstrap" in result:
         axes[2].hist(result["bootstrap"]["phi_values"], bins=30, color="0.6")
         for v in result["bootstrap"]["phi_ci"]:
             axes[2].axvline(v, ls=":", color="k")
-    axes[2].axvline(result["free"]["phi"], color="r")
-    axes[2].set(xlabel="phi", title="block bootstrap of phi")
+    axes[2].axvline(phi, color="r")
+    axes[2].set(xlabel="φ (dimensionless)", ylabel="bootstrap resamples (count)", title="block bootstrap of φ")
     return _save(fig, result, path)
 
 
@@ -1108,38 +1137,47 @@ def plot_delta_phi(result, path):
         ax.errorbar(e["delta_phi"], i, xerr=[[e["delta_phi"] - lo], [hi - e["delta_phi"]]], fmt="o", color="k",
                     capsize=3)
     ax.axvline(0.0, ls=":", color="k")
-    ax.set(yticks=range(len(result)), xlabel="delta phi against the reference (95% paired bootstrap)",
-           yticklabels=[f"{n} (phi {e['phi']:.2f} vs {e['phi_reference']:.2f})" for n, e in result.items()])
+    ax.set(yticks=range(len(result)), xlabel="Δφ against the reference (dimensionless; 95% paired bootstrap)",
+           yticklabels=[f"{readable(n)} (φ {e['phi']:.2f} vs {e['phi_reference']:.2f})" for n, e in result.items()])
     return _save(fig, result, path)
 
 
 def plot_compare(result, path):
-    """Each arm's metric: one dot per training seed, a bar at the mean; the reference arm's mean dotted."""
-    fig, (ax,) = _figure(1, width=1.2 + 1.1 * len(result["arms"]))
-    for i, (name, a) in enumerate(result["arms"].items()):
-        ax.bar(i, a["mean"], color="0.85", width=0.6)
-        ax.scatter([i] * len(a["values"]), list(a["values"].values()), color="k", s=14, zorder=3)
-    ax.axhline(result["arms"][result["reference"]]["mean"], ls=":", color="k")
-    lo = min(min(a["values"].values()) for a in result["arms"].values())
-    hi = max(max(a["values"].values()) for a in result["arms"].values())
-    ax.set(xticks=range(len(result["arms"])), xticklabels=list(result["arms"]), ylabel=result["metric"],
-           ylim=(lo - 0.15 * (hi - lo + 1e-9), hi + 0.15 * (hi - lo + 1e-9)))
+    """Left: each arm's metric, one dot per training seed, a bar at the mean from zero, mean ± sd over seeds.
+    Right: the comparison a verdict tests, each seed's difference from the reference arm at that seed."""
+    arms, ref = result["arms"], result["reference"]
+    fig, axes = _figure(2, width=1.6 + 0.6 * len(arms), height=4.5)
+    names = [readable(a) for a in arms]
+    for i, a in enumerate(arms.values()):
+        axes[0].bar(i, a["mean"], color="0.85", width=0.6, yerr=a["sd"] or 0, capsize=3)
+        axes[0].scatter([i] * len(a["values"]), list(a["values"].values()), color="k", s=14, zorder=3)
+        d = list(a["diff_per_seed"].values())
+        axes[1].errorbar(i, np.mean(d), yerr=np.std(d, ddof=1) if len(d) > 1 else 0, fmt="_", color="k", capsize=3)
+        axes[1].scatter([i] * len(d), d, color="k", s=14, zorder=3)
+    axes[1].axhline(0.0, ls=":", color="k")
+    unit = readable(result["metric"]).rpartition(" (")[2].rstrip(")")
+    axes[0].set(ylabel=readable(result["metric"]), ylim=(0, None), title="mean ± sd over seeds")
+    axes[1].set(ylabel=f"difference ({unit})", title=f"each seed minus {readable(ref)} at that seed")
+    for ax in axes:
+        ax.set_xticks(range(len(arms)), names, rotation=0 if max(map(len, names)) <= 8 else 90)
     return _save(fig, result, path)
 
 
 def plot_lr(result, path):
-    """Loss against learning rate per group, one panel per panel value; stars at the optima, the transferred LR
-    dotted (Lee et al. Fig. 2; Wang et al. Fig. 5)."""
+    """Loss against learning rate per group, one panel per panel value: the mean over training seeds with a band of
+    ± one sd over seeds, stars at the optima, the transferred LR dotted (Lee et al. Fig. 2; Wang et al. Fig. 5)."""
     fig, axes = _figure(len(result))
     for ax, (p, res) in zip(axes, result.items()):
         for color, g in zip(_colors(len(res["groups"])), res["groups"].values()):
             order = np.argsort(g["lr"])
-            ax.plot(np.array(g["lr"])[order], np.array(g["loss"])[order], "o-", color=color, ms=3,
-                    label=f"{g['group']}: regret {g['regret']:.4f}")
+            lr, loss, sd = (np.array(g[k], dtype=float)[order] for k in ("lr", "loss", "seed_sd"))
+            ax.plot(lr, loss, "o-", color=color, ms=3, label=f"{group_name(res['group_keys'], g['group'])}: "
+                                                               f"regret {g['regret']:.3f} nats")
+            ax.fill_between(lr, loss - sd, loss + sd, where=np.isfinite(sd), color=color, alpha=0.2, lw=0)
             ax.scatter([g["lr_opt"]], [g["loss_opt"]], marker="*", s=120, color=color, edgecolor="k", zorder=3)
         ax.axvline(res["transferred_lr"], ls=":", color="k")
-        ax.set(xscale="log", xlabel="learning rate", ylabel="validation loss (nats)",
-               title=f"{p}: max regret {res['max_regret']:.4f}")
+        ax.set(xscale="log", xlabel=readable("lr"), ylabel=readable("val_loss"),
+               title=f"{readable(p)}: largest regret {res['max_regret']:.3f} nats")
         _legend(ax)
     return _save(fig, result, path)
 
