@@ -43,6 +43,8 @@ import time
 
 import numpy as np
 
+from configurator import ConfigError
+
 REPO = os.path.dirname(os.path.abspath(__file__))
 
 # sha256 of the two GPT-2 files, copied from tiktoken_ext/openai_public.py (gpt2(): vocab_bpe_hash and
@@ -493,10 +495,9 @@ def ensure_data(data_dir=None, source="offline", tokenizer="gpt2", text_column="
     if not os.path.exists(meta_path):
         print(f"{data_dir} has no meta.json: preparing {source} text with the {tokenizer} tokenizer")
         return prepare(source, data_dir, tokenizer, **need, **prepare_kwargs)
-    with open(meta_path) as f:
-        meta = json.load(f)
-    if (meta["source"], meta["tokenizer"]) != (source, tokenizer):
-        raise ValueError(f"{data_dir} holds {meta['source']} text in {meta['tokenizer']} tokens, not {source} in "
+    meta = read_meta(data_dir)
+    if (meta.get("source"), meta["tokenizer"]) != (source, tokenizer):
+        raise ValueError(f"{data_dir} holds {meta.get('source')} text in {meta['tokenizer']} tokens, not {source} in "
                          f"{tokenizer} tokens: pick another data_dir or delete that one")
     now = prepared_from(source, text_column, hf)
     then = {"text_column": "text", **meta}  # older versions did not record the column; they always read "text"
@@ -527,20 +528,74 @@ def ensure_data(data_dir=None, source="offline", tokenizer="gpt2", text_column="
 # the loader
 
 
+META_KEYS = ("tokenizer", "vocab_size", "eot", "dtype", "train_tokens", "val_tokens")  # what reading the data needs
+
+
+class DataError(ConfigError):
+    """Prepared data that cannot be trained on, said in one line that names the file and what to do (every script
+    that reads data then exits with that line and code 2)."""
+
+    def __init__(self, message):
+        super().__init__(f"data: {message}")
+
+
+def read_meta(data_dir):
+    """meta.json of a prepared directory, with the keys reading it needs and a dtype that holds its vocabulary."""
+    path = os.path.join(data_dir, "meta.json")
+    redo = f"prepare the data again (remove {data_dir})"
+    try:
+        with open(path) as f:
+            meta = json.load(f)
+    except (OSError, ValueError) as e:
+        raise DataError(f"{path} is not readable JSON ({str(e)[:60]}): {redo}") from None
+    missing = [k for k in META_KEYS if not isinstance(meta, dict) or k not in meta]
+    if missing:
+        raise DataError(f"{path} lacks {', '.join(missing)}: {redo}")
+    try:
+        dtype = np.dtype(meta["dtype"])
+    except TypeError:
+        raise DataError(f"{path}: dtype {meta['dtype']!r} is not a numpy dtype: {redo}") from None
+    if dtype.kind != "u" or meta["vocab_size"] - 1 > np.iinfo(dtype).max:
+        raise DataError(f"{path}: dtype {dtype.name} cannot hold the {meta['vocab_size']:,} token ids of "
+                        f"{meta['tokenizer']} (it needs {np.dtype(token_dtype(meta['vocab_size'])).name}): {redo}")
+    return meta
+
+
+def check_token_file(path, dtype, n_tokens, vocab_size, sample=1 << 16):
+    """A token file has the size meta.json's count says and, in a sample (its start, end and a strided middle),
+    only ids below the vocabulary: a cut, grown or foreign file stops the run before it trains on it."""
+    if not os.path.exists(path):
+        raise DataError(f"{path} is missing: prepare the data again (remove {os.path.dirname(path)})")
+    size, want = os.path.getsize(path), n_tokens * dtype.itemsize
+    if size != want:
+        raise DataError(f"{path} holds {size:,} bytes, but meta.json says {n_tokens:,} {dtype.name} tokens "
+                        f"({want:,} bytes): the file was cut or changed; prepare the data again "
+                        f"(remove {os.path.dirname(path)})")
+    if n_tokens:
+        data = np.memmap(path, dtype=dtype, mode="r")
+        step = max(1, n_tokens // sample)
+        seen = max(int(data[:sample].max()), int(data[-sample:].max()), int(data[::step].max()))
+        if seen >= vocab_size:
+            raise DataError(f"{path} holds token id {seen:,}, outside the vocabulary of {vocab_size:,}: the file "
+                            f"and meta.json do not belong together; prepare the data again "
+                            f"(remove {os.path.dirname(path)})")
+
+
 class TokenData:
     """train.bin/val.bin of a prepared directory as memmaps: seeded random training windows, a fixed val set.
     train_tokens: read only the first train_tokens of train.bin (a run's own share of a stream prepared further,
     so that its batches do not depend on how far the directory has been prepared)."""
 
     def __init__(self, data_dir, train_tokens=None):
-        with open(os.path.join(data_dir, "meta.json")) as f:
-            self.meta = json.load(f)
+        self.meta = read_meta(data_dir)
         self.vocab_size, self.eot = self.meta["vocab_size"], self.meta["eot"]
         dtype = np.dtype(self.meta["dtype"])
         self.splits = {}
         for s in ("train", "val"):
             path = os.path.join(data_dir, f"{s}.bin")  # np.memmap cannot map an empty file
+            check_token_file(path, dtype, self.meta[f"{s}_tokens"], self.vocab_size)
             self.splits[s] = np.memmap(path, dtype=dtype, mode="r") if os.path.getsize(path) else np.zeros(0, dtype)
+        self.data_dir = data_dir
         if train_tokens:
             self.splits["train"] = self.splits["train"][:train_tokens]
 
@@ -578,7 +633,12 @@ class TokenData:
         counts = np.zeros(self.vocab_size, dtype=np.int64)
         data = self.splits[split]
         for i in range(0, len(data), 1 << 24):  # in chunks: bincount makes an int64 copy of its input
-            counts += np.bincount(data[i:i + (1 << 24)], minlength=self.vocab_size)
+            chunk = np.bincount(data[i:i + (1 << 24)], minlength=self.vocab_size)
+            if len(chunk) > self.vocab_size:  # the whole file read: every id checked, not only a sample's
+                raise DataError(f"{os.path.join(self.data_dir, split + '.bin')} holds token id {len(chunk) - 1:,}, "
+                                f"outside the vocabulary of {self.vocab_size:,}: prepare the data again "
+                                f"(remove {self.data_dir})")
+            counts += chunk
         p = counts[counts > 0] / counts.sum()
         return float(-(p * np.log(p)).sum())
 

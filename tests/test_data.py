@@ -14,7 +14,8 @@ import pytest
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import data  # noqa: E402
+import data
+from configurator import ConfigError  # noqa: E402
 
 # -----------------------------------------------------------------------------
 # tokenizers
@@ -363,9 +364,48 @@ def make_data_dir(path, train, val, vocab_size=50257):
     os.makedirs(path, exist_ok=True)
     np.asarray(train, np.uint16).tofile(os.path.join(path, "train.bin"))
     np.asarray(val, np.uint16).tofile(os.path.join(path, "val.bin"))
-    meta = dict(vocab_size=vocab_size, eot=vocab_size - 1, dtype="uint16")
+    meta = dict(tokenizer="gpt2", vocab_size=vocab_size, eot=vocab_size - 1, dtype="uint16", train_tokens=len(train),
+                val_tokens=len(val))
     json.dump(meta, open(os.path.join(path, "meta.json"), "w"))
     return data.TokenData(str(path))
+
+
+def damage(path, what):
+    """One kind of damage done to a prepared directory (make_data_dir's)."""
+    meta_path, train = os.path.join(path, "meta.json"), os.path.join(path, "train.bin")
+    meta = json.load(open(meta_path))
+    if what == "cut":  # an even number of bytes: whole tokens, just fewer than meta.json counts
+        os.truncate(train, 2000)
+    elif what == "grown":
+        with open(train, "ab") as f:
+            f.write(b"\0\0")
+    elif what == "uint8":
+        json.dump(dict(meta, dtype="uint8"), open(meta_path, "w"))
+    elif what == "not_a_dtype":
+        json.dump(dict(meta, dtype="token"), open(meta_path, "w"))
+    elif what == "no_eot":
+        json.dump({k: v for k, v in meta.items() if k != "eot"}, open(meta_path, "w"))
+    elif what == "not_json":
+        open(meta_path, "w").write("{bad")
+    elif what == "missing":
+        os.remove(train)
+    elif what in ("id_at_start", "id_in_the_middle"):  # a token id past the vocabulary
+        ids = np.memmap(train, dtype=np.uint16, mode="r+")
+        ids[0 if what == "id_at_start" else len(ids) // 2 + 1] = meta["vocab_size"] + 7
+        ids.flush()
+
+
+@pytest.mark.parametrize("what,says", [("cut", "holds 2,000 bytes, but meta.json says 20,000"),
+                                       ("grown", "holds 40,002 bytes"), ("uint8", "dtype uint8 cannot hold"),
+                                       ("not_a_dtype", "is not a numpy dtype"), ("no_eot", "lacks eot"),
+                                       ("not_json", "is not readable JSON"), ("missing", "train.bin is missing"),
+                                       ("id_at_start", "holds token id 50,264"), ("id_in_the_middle", "token id 50,264")])
+def test_damaged_data_is_refused_in_one_line_naming_the_file(tmp_path, what, says):
+    make_data_dir(tmp_path / "d", np.arange(20_000), np.arange(30_000, 31_000))
+    damage(str(tmp_path / "d"), what)
+    with pytest.raises(ConfigError, match=r"^data: .*" + re.escape(says)) as e:
+        data.TokenData(str(tmp_path / "d")).unigram_entropy()  # the sample at start, or the full count train.py makes
+    assert str(tmp_path / "d") in str(e.value) and "prepare the data again" in str(e.value)
 
 
 @pytest.fixture

@@ -546,7 +546,8 @@ def test_command_line_writes_json_png_and_table(tmp_path, capsys):
     rng = np.random.default_rng(0)
     for split, n in (("train", 4000), ("val", 3000)):
         rng.integers(0, V, n).astype(np.uint16).tofile(data_dir / f"{split}.bin")
-    (data_dir / "meta.json").write_text(json.dumps(dict(vocab_size=V, eot=V - 1, dtype="uint16")))
+    (data_dir / "meta.json").write_text(json.dumps(dict(tokenizer="byte", vocab_size=V, eot=V - 1, dtype="uint16",
+                                                         train_tokens=4000, val_tokens=3000)))
     runs = []
     for i in range(3):
         model = tiny_gpt(seed=i) if i < 2 else tiny_looped(i, loop_cond="loopformer", cond_init="normal")
