@@ -399,7 +399,8 @@ def damage(path, what):
                                        ("grown", "holds 40,002 bytes"), ("uint8", "dtype uint8 cannot hold"),
                                        ("not_a_dtype", "is not a numpy dtype"), ("no_eot", "lacks eot"),
                                        ("not_json", "is not readable JSON"), ("missing", "train.bin is missing"),
-                                       ("id_at_start", "holds token id 50,264"), ("id_in_the_middle", "token id 50,264")])
+                                       ("id_at_start", "holds token id 50,264"),
+                                       ("id_in_the_middle", "token id 50,264")])
 def test_damaged_data_is_refused_in_one_line_naming_the_file(tmp_path, what, says):
     make_data_dir(tmp_path / "d", np.arange(20_000), np.arange(30_000, 31_000))
     damage(str(tmp_path / "d"), what)
