@@ -169,11 +169,27 @@ def looped_moe_ckpt(tmp_path_factory):
     return tiny_checkpoint(tmp_path_factory.mktemp("lmoe"), n_loop=3, n_expert=4, top_k=2)
 
 
+def identity_block_checkpoint(path, layers=(1,), **overrides):
+    """tiny_checkpoint with blocks planted as the identity (their attention and FFN write nothing to the stream):
+    the state after such a block equals the state before it, a known answer for every analysis of the states."""
+    ckpt = tiny_checkpoint(path, **overrides)
+    state = torch.load(os.path.join(ckpt, "ckpt.pt"), weights_only=True)
+    for layer in layers:
+        state["model"][f"blocks.{layer}.attn.c_proj.weight"].zero_()
+        state["model"][f"blocks.{layer}.ffn.c_proj.weight"].zero_()
+    torch.save(state, os.path.join(ckpt, "ckpt.pt"))
+    return ckpt
+
+
 def test_jsd_subcommand(tmp_path, plain_ckpt):
-    r = run("jsd", tmp_path, f"--ckpt={plain_ckpt},{plain_ckpt}", "--names=a,b")
-    layers = r["a"]["layers"]
-    assert len(layers) == 2 and layers[-1]["mean"] == pytest.approx(0.0, abs=1e-6)
-    assert layers[-1]["frac_converged"] == 1.0 and r["a"] == r["b"]
+    """A planted effect: with its last block the identity, layer 1 already gives the final distribution (JSD 0,
+    every token converged); the intact model's layer 1 does not. Each name reads its own checkpoint."""
+    planted = identity_block_checkpoint(tmp_path / "planted")
+    r = run("jsd", tmp_path, f"--ckpt={plain_ckpt},{planted}", "--names=intact,planted", "--jsd_threshold=1e-4")
+    intact, planted = r["intact"]["layers"], r["planted"]["layers"]
+    assert planted[0]["mean"] == pytest.approx(0.0, abs=1e-9) and planted[0]["frac_converged"] == 1.0
+    assert intact[0]["mean"] > 1e-4 and intact[0]["frac_converged"] < 0.5
+    assert intact[-1]["mean"] == pytest.approx(0.0, abs=1e-9)  # the final layer against itself
 
 
 def test_jsd_looped_has_boundaries(tmp_path, looped_ckpt):
@@ -183,30 +199,71 @@ def test_jsd_looped_has_boundaries(tmp_path, looped_ckpt):
 
 
 def test_representation_and_residual_ckpt(tmp_path, plain_ckpt):
-    r = run("representation", tmp_path, f"--ckpt={plain_ckpt}")
-    m = next(iter(r.values()))
-    assert len(m["anisotropy"]) == 2 and np.allclose(np.diag(m["cka"]), 1.0)
-    r = run("residual_ckpt", tmp_path, f"--ckpt={plain_ckpt}")
-    assert len(next(iter(r.values()))["l2_norm"]) == 2  # h_0 and the end of the single pass
+    """A planted effect: with the second block the identity, the two states are one: CKA 1 between them and equal
+    anisotropy, curvature and prompt entropy; with both blocks the identity, the pass ends where it began (one
+    residual norm). The intact model's blocks change each."""
+    planted = identity_block_checkpoint(tmp_path / "planted")
+    r = run("representation", tmp_path, f"--ckpt={plain_ckpt},{planted}", "--names=intact,planted")
+    for key in ("anisotropy", "curvature", "prompt_entropy"):
+        assert r["planted"][key][0] == pytest.approx(r["planted"][key][1], rel=1e-6)
+        assert r["intact"][key][0] != pytest.approx(r["intact"][key][1], rel=1e-3)
+    assert r["planted"]["cka"][0][1] == pytest.approx(1.0, abs=1e-6) and r["intact"]["cka"][0][1] < 0.999
+    none = identity_block_checkpoint(tmp_path / "none", layers=(0, 1))  # the pass returns h_0 itself
+    r = run("residual_ckpt", tmp_path, f"--ckpt={plain_ckpt},{none}", "--names=intact,planted")
+    assert r["planted"]["l2_norm"][0] == pytest.approx(r["planted"]["l2_norm"][1], rel=1e-6)
+    assert r["intact"]["l2_norm"][1] > 1.01 * r["intact"]["l2_norm"][0]  # h_0 and the end of the single pass
 
 
 def test_residual_ckpt_looped(tmp_path, looped_ckpt):
-    r = next(iter(run("residual_ckpt", tmp_path, f"--ckpt={looped_ckpt}").values()))
-    assert len(r["l2_norm"]) == 4 and np.allclose(np.diag(r["increment_cosine"]), 1.0)
-    r = next(iter(run("representation", tmp_path, f"--ckpt={looped_ckpt}").values()))
-    assert len(r["cka"]) == 3  # one state per loop pass
+    """A planted effect on a loop: with its shared block the identity (both layers), every pass returns its input,
+    so the residual norm is the same at all four loop steps and the three pass ends are one state (CKA 1); the
+    intact loop's norm grows and its pass ends differ."""
+    planted = identity_block_checkpoint(tmp_path / "planted", layers=(0, 1), n_loop=3)
+    r = run("residual_ckpt", tmp_path, f"--ckpt={looped_ckpt},{planted}", "--names=intact,planted")
+    assert np.allclose(r["planted"]["l2_norm"], r["planted"]["l2_norm"][0], rtol=1e-6)
+    assert all(b > a for a, b in zip(r["intact"]["l2_norm"], r["intact"]["l2_norm"][1:]))
+    cos = np.array(r["intact"]["increment_cosine"])
+    assert np.allclose(cos, cos.T) and (np.abs(cos - np.eye(3)) < 0.999).all()
+    r = run("representation", tmp_path, f"--ckpt={looped_ckpt},{planted}", "--names=intact,planted")
+    assert len(r["intact"]["cka"]) == 3  # one state per loop pass, the end of each
+    assert np.allclose(r["planted"]["cka"], 1.0, atol=1e-6) and np.array(r["intact"]["cka"]).min() < 0.999
 
 
 def test_theorem1_subcommand(tmp_path):
-    r = run("theorem1", tmp_path, "--width=32", "--trials=2", "--max_loops=4")
-    assert [row["n_loop"] for row in r["shared_alpha1"]] == [1, 2, 4]
+    """The command reports theorem1_norms itself (same seed, same numbers) under the right labels, and the known
+    answers of theorem1_prediction: non-shared stacks and the shared one at alpha = 1 on the prediction, the shared
+    one at alpha < 1 at or above it (a lower bound), and no scaling growing far beyond 1/N."""
+    r = run("theorem1", tmp_path, "--width=64", "--trials=8", "--max_loops=8")
+    for key, rows in r.items():
+        shared, alpha = key.startswith("shared"), float(key.split("alpha")[1])
+        assert [row["n_loop"] for row in rows] == [1, 2, 4, 8]
+        for row in rows:
+            n = row["n_loop"]
+            direct = analyze.theorem1_norms(n, alpha, 64, 8, shared).mean().item()
+            assert row["mean"] == pytest.approx(direct, rel=1e-12)
+            predicted = analyze.theorem1_prediction(n, alpha, shared)
+            if shared and alpha < 1:
+                assert row["mean"] > 0.85 * predicted, (key, n)
+            else:
+                assert row["mean"] == pytest.approx(predicted, rel=0.15), (key, n)
+    assert r["shared_alpha0"][-1]["mean"] > 3 * r["shared_alpha1"][-1]["mean"]
 
 
 def test_coordcheck_subcommand(tmp_path):
-    r = run("coordcheck", tmp_path, "--widths=(32,64)", "--steps=2", "--n_seeds=1", "--loops=(1,2)", "--n_layer=1",
-            "--scalings=('none','linear')", "--block_size=16", "--seq_len=16")
-    assert set(r["runs"]) >= {"width, muP off", "width, muP on"}
-    assert len(r["runs"]["width, muP on"]["32"]["attn"]) == 2
+    """Known answers of the coord check (microsoft/mup; Yang et al. 2022, arXiv:2203.03466): at the base width
+    (mup_base_width = 128) muP on and off are one model, and at R = 1 every residual scaling is the plain block, so
+    their traces are equal to the last bit; and muP's purpose as a planted effect: after Adam steps at one LR the
+    output logits grow with width under standard parametrisation and stay put under muP, while the embedding output
+    is width-independent in both."""
+    r = run("coordcheck", tmp_path, "--widths=(32,128)", "--steps=3", "--n_seeds=1", "--loops=(1,2)", "--n_layer=1",
+            "--scalings=('none','linear')", "--block_size=16", "--seq_len=16", "--mup_base_width=128")
+    runs, slope = r["runs"], r["log_log_slope_last_step"]
+    assert runs["width, muP on"]["128"] == runs["width, muP off"]["128"]
+    assert runs["width, muP on"]["32"] != runs["width, muP off"]["32"]
+    assert runs["loops, none"]["1"] == runs["loops, linear"]["1"]
+    assert runs["loops, none"]["2"] != runs["loops, linear"]["2"]
+    assert slope["width, muP off"]["head"] > 0.8 and abs(slope["width, muP on"]["head"]) < 0.3
+    assert abs(slope["width, muP off"]["embedding"]) < 0.2 and abs(slope["width, muP on"]["embedding"]) < 0.2
 
 
 def test_residual_subcommand(tmp_path):
