@@ -26,6 +26,7 @@ import math
 import os
 import re
 import sys
+import traceback
 
 SIMPLE_TYPES = (int, float, bool, str, tuple, list, type(None))
 
@@ -55,6 +56,12 @@ def _comments(source_file, names):
         if m and m.group(1) in names and m.group(1) not in docs:
             docs[m.group(1)] = m.group(2).strip()
     return docs
+
+
+def _failing_line(error, path):
+    """The line of the config file `path` where `error` was raised (None if it came from elsewhere)."""
+    frames = [f for f in traceback.extract_tb(error.__traceback__) if f.filename == path]
+    return frames[-1].lineno if frames else None
 
 
 def _check_type(key, value, default):
@@ -151,7 +158,12 @@ def configure(defaults, model_cls=None, argv=None, doc_source=None, choices=None
             except OSError as e:
                 raise ConfigError(f"config error: cannot read config file '{arg}': {e.strerror}")
             namespace = {"__file__": os.path.abspath(arg)}  # a config may exec a file beside it, then change keys
-            exec(compile(code, arg, "exec"), namespace)
+            try:
+                exec(compile(code, arg, "exec"), namespace)
+            except Exception as e:  # a syntax error, an exec'd file that is missing, ...: the file's own fault
+                where = getattr(e, "lineno", None) or _failing_line(e, arg)
+                raise ConfigError(f"config error: config file '{arg}'{f', line {where}' if where else ''}: "
+                                  f"{type(e).__name__}: {e}") from None
             for key, value in namespace.items():
                 if key.startswith("_") or inspect.ismodule(value) or callable(value):
                     continue

@@ -19,8 +19,16 @@ from optim import is_sharded
 
 
 def pick_device(name):
-    """The torch device for a script's device key: auto = cuda if there is one, else cpu."""
-    return ("cuda" if torch.cuda.is_available() else "cpu") if name == "auto" else name
+    """The torch device for a script's device key: auto = cuda if there is one, else cpu. A CUDA device that this
+    machine does not have is one line (ConfigError)."""
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if name.startswith("cuda"):
+        index = int(name.split(":")[1]) if ":" in name else 0
+        if index >= torch.cuda.device_count():
+            raise ConfigError(f"config error: --device={name}: this machine has {torch.cuda.device_count()} CUDA "
+                              "device(s) (torch.cuda.device_count()); use --device=cpu or auto")
+    return name
 
 
 Env = namedtuple("Env", "ddp rank world_size local_rank master device device_type dtype ctx accum say")

@@ -5,7 +5,7 @@ Generate text from a trained run with the KV cache (plain, looped and MoE models
 """
 import torch
 
-from configurator import configure, run
+from configurator import ConfigError, configure, run
 from data import get_tokenizer
 from checkpoint import load_model
 from distributed import pick_device
@@ -28,18 +28,27 @@ exit_every_layer = False  # early exit: looped models may stop after any loop la
 def main(argv=None):
     defaults = {k: v for k, v in globals().items() if not k.startswith("_")}
     cfg, _ = configure(defaults, None, argv, doc_source=__file__)
+    for key, least in (("temperature", 0), ("top_k", 0), ("num_samples", 1), ("max_new_tokens", 1)):
+        if cfg[key] < least:
+            raise ConfigError(f"config error: --{key}={cfg[key]} must be >= {least}")
     cfg["device"] = pick_device(cfg["device"])
     model, state = load_model(cfg["ckpt"], cfg["device"])
     tok = get_tokenizer(state["train_config"].get("tokenizer", "gpt2"))
     text = cfg["prompt"]
     if text.startswith("FILE:"):
-        text = open(text[5:]).read()
+        try:
+            text = open(text[5:]).read()
+        except OSError as e:
+            raise ConfigError(f"config error: --prompt=FILE:{text[5:]}: cannot read it ({e.strerror})") from None
     ids = tok.encode(text) or [tok.eot]
     idx = torch.tensor([ids] * cfg["num_samples"], device=cfg["device"])
     n = min(cfg["max_new_tokens"], model.config.block_size - idx.size(1))
     if n <= 0:
-        raise SystemExit(f"the prompt has {idx.size(1)} tokens, the model's block_size is "
-                         f"{model.config.block_size}: shorten the prompt")
+        raise ConfigError(f"the prompt has {idx.size(1)} tokens, the model's block_size is "
+                          f"{model.config.block_size}: shorten the prompt")
+    if n < cfg["max_new_tokens"]:
+        print(f"note: {n} new tokens, not {cfg['max_new_tokens']}: the prompt's {idx.size(1)} and the new tokens "
+              f"must fit the model's block_size={model.config.block_size}")
     g = torch.Generator(device=cfg["device"]).manual_seed(cfg["seed"])
     amp = torch.autocast(cfg["device"].split(":")[0], dtype=torch.bfloat16) if cfg["dtype"] == "bfloat16" else None
     with amp or torch.no_grad():

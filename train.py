@@ -106,7 +106,7 @@ def check_config(cfg):
         if cfg[key] < 1:
             raise ConfigError(f"config error: --{key}={cfg[key]} must be >= 1")
     for key in ("max_iters", "warmup_iters", "sample_tokens", "collapse_evals", "threads", "lr", "weight_decay",
-                "grad_clip", "flops_budget", "adam_eps"):
+                "grad_clip", "flops_budget", "adam_eps", "seed"):
         if cfg[key] < 0:
             raise ConfigError(f"config error: --{key}={cfg[key]} must be >= 0")
     for key in ("decay_frac", "min_lr_frac", "beta1", "beta2"):
@@ -232,6 +232,9 @@ def load_data(cfg, env, T, run_tokens):
         if len(data.splits[split]) <= T:
             raise ConfigError(f"data: {data_dir} holds {len(data.splits[split]):,} {split} tokens, fewer than one "
                               f"window of block_size+1 = {T + 1}: add text or lower --block_size")
+    if cfg["eval_tokens"] < T:
+        raise ConfigError(f"config error: --eval_tokens={cfg['eval_tokens']} is less than one validation window of "
+                          f"block_size={T} tokens: raise --eval_tokens or lower --block_size")
     used, meta = len(data.splits["train"]), data.meta
     if run_tokens > used:
         more = " (the stream has no more)" if stream else ""

@@ -2,6 +2,7 @@
 configurator and the model builder (property-based, hypothesis), and damaged checkpoints in every tool that
 loads one."""
 import os
+import re
 import subprocess
 import sys
 
@@ -110,3 +111,27 @@ def test_damaged_checkpoints_are_one_line_in_every_tool(damaged, kind, tmp_path)
     out = subprocess.run([sys.executable, "sample.py", f"--ckpt={run_dir}"], cwd=REPO, capture_output=True,
                          text=True)
     assert out.returncode == 2 and says in out.stderr and out.stderr.strip().count("\n") == 0
+
+
+def test_a_broken_config_file_is_one_line_naming_it(tmp_path):
+    (tmp_path / "syntax.py").write_text("n_layer = 2\nn_embd = (\n")
+    (tmp_path / "missing.py").write_text(f"exec(open({str(tmp_path / 'nothere.py')!r}).read())\n")
+    for name, says in (("syntax.py", "line 2: SyntaxError"), ("missing.py", "line 1: FileNotFoundError")):
+        with pytest.raises(ConfigError, match=f"config file '{tmp_path / name}', {says}"):
+            configure(TRAIN_DEFAULTS, GPTConfig, [str(tmp_path / name)], doc_source=train.__file__)
+
+
+def test_more_named_bad_inputs_are_one_line():
+    with pytest.raises(ConfigError, match="--seed=-1 must be >= 0"):
+        cfg, _ = configure(TRAIN_DEFAULTS, GPTConfig, ["--seed=-1"], doc_source=train.__file__, choices=train._CHOICES)
+        train.check_config(cfg)
+    if torch.cuda.device_count() < 8:
+        with pytest.raises(ConfigError, match="--device=cuda:7: this machine has"):
+            distributed.pick_device("cuda:7")
+    import sample
+    ckpt = os.path.join(os.path.dirname(__file__), "fixtures", "checkpoints", "plain.pt")
+    for argv, says in ((["--temperature=-1"], "--temperature=-1.0 must be >= 0"),
+                       (["--prompt=FILE:/nonexistent/prompt.txt"], "cannot read it"),
+                       (["--max_new_tokens=0"], "--max_new_tokens=0 must be >= 1")):
+        with pytest.raises(ConfigError, match=re.escape(says)):
+            sample.main([f"--ckpt={ckpt}"] + argv)

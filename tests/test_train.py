@@ -589,3 +589,8 @@ def test_result_json_is_strict_and_only_written_at_a_runs_end(data_dir, tmp_path
     with pytest.raises(SystemExit):  # a new run in its place, stopped before its end: the old result is gone
         train.main(TINY + data_dir + ["--max_iters=4", "--eval_interval=1", f"--out_dir={out}", "--overwrite"])
     assert not os.path.exists(os.path.join(out, "result.json"))
+
+
+def test_a_validation_set_smaller_than_one_window_is_one_line(data_dir, tmp_path):
+    with pytest.raises(ConfigError, match="--eval_tokens=16 is less than one validation window of block_size=32"):
+        train.main(TINY + data_dir + ["--eval_tokens=16", f"--out_dir={tmp_path / 'run'}"])
