@@ -37,7 +37,7 @@ from tqdm import tqdm  # noqa: E402
 
 import kernels  # noqa: E402
 import moe  # noqa: E402
-from configurator import configure, run  # noqa: E402
+from configurator import ConfigError, configure, run  # noqa: E402
 from checkpoint import load_model  # noqa: E402
 from distributed import pick_device  # noqa: E402
 from loop import residual_multiplier  # noqa: E402
@@ -371,10 +371,11 @@ def loop_layers(records):
 def looped_routing(name, model, batches):
     """The routing records of a model and {physical layer: sorted loop indices} of its MoE layers that run on more
     than one pass; an error naming the model when it has none (these analyses need a looped MoE)."""
-    recs = routing_records(model, batches)
+    recs = routing_records(model, batches) if moe.moe_layers(model) else {}
     layers = loop_layers(recs)
     if not layers:
-        raise ValueError(f"{name}: no MoE layer runs on more than one pass (this analysis needs a looped MoE)")
+        raise ConfigError(f"analyze.py: {name} has no MoE layer that runs on more than one pass (this analysis "
+                          "needs a looped MoE: n_expert > 0 and n_loop > 1)")
     return recs, layers
 
 
@@ -474,7 +475,8 @@ def run_iteradaln(cfg, model_cfg):
                         if t is not None:
                             a[key].append((fn(t) if fn else t).double().mean(-1).flatten().cpu())
         if not acc:
-            raise ValueError(f"{name}: no block receives per-loop conditioning (configure IterAdaLN or LoopFormer)")
+            raise ConfigError(f"analyze.py: {name}: no block receives per-loop conditioning (this analysis needs "
+                              "loop_cond=iteradaln, index or loopformer)")
         rows = []
         for (layer, loop, branch), a in sorted(acc.items()):
             row = dict(layer=layer, loop=loop, branch=branch)

@@ -135,3 +135,11 @@ def test_more_named_bad_inputs_are_one_line():
                        (["--max_new_tokens=0"], "--max_new_tokens=0 must be >= 1")):
         with pytest.raises(ConfigError, match=re.escape(says)):
             sample.main([f"--ckpt={ckpt}"] + argv)
+
+
+@pytest.mark.parametrize("command,says", [("iteradaln", "no block receives per-loop conditioning"),
+                                          ("routing", "has no MoE layer that runs on more than one pass")])
+def test_an_analysis_of_a_model_without_its_part_is_one_line(tmp_path, command, says):
+    ckpt = os.path.join(os.path.dirname(__file__), "fixtures", "checkpoints", "plain.pt")
+    with pytest.raises(ConfigError, match=says):
+        analyze.main([command, f"--ckpt={ckpt}", f"--out_dir={tmp_path}"])
