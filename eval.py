@@ -373,8 +373,16 @@ def read_rows(path):
     if path.endswith(".parquet"):
         import pyarrow.parquet as pq
         return pq.read_table(path).to_pylist()
+    rows = []
     with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
+        for n, line in enumerate(f, 1):
+            if line.strip():
+                try:
+                    rows.append(json.loads(line))
+                except ValueError as e:
+                    raise ConfigError(f"eval.py: {path}, line {n}: not a JSON row ({e}): mend the line or fetch the "
+                                      "split again (--fetch)") from None
+    return rows
 
 
 def fetch_command(names, data_dir):
@@ -405,9 +413,18 @@ def task_docs(task, split, data_dir, seed, n=PROBE_ITEMS):
     if task.name in PROBES:
         return probe_docs(task.name, n, seed, "train" if split == "fewshot" else "test")
     docs = []
-    for row in task_rows(task, split, data_dir):
-        d = task.doc(row)
-        docs.extend(d if isinstance(d, list) else [] if d is None else [d])
+    for n, row in enumerate(task_rows(task, split, data_dir), 1):
+        try:
+            d = task.doc(row)
+            for doc in d if isinstance(d, list) else [] if d is None else [d]:
+                answers = doc["choices"] if task.kind == "mc" else doc.get("contexts")
+                if answers is not None and not 0 <= doc["gold"] < len(answers):
+                    raise IndexError(f"gold answer {doc['gold']} of {len(answers)}")
+                docs.append(doc)
+        except (KeyError, IndexError, TypeError, ValueError) as e:
+            raise ConfigError(f"eval.py: {task.name}, {split} split, row {n}: {type(e).__name__}: {e} (a field "
+                              f"this task reads is missing or out of range): mend the row or fetch the split "
+                              "again") from None
     return docs
 
 

@@ -506,3 +506,18 @@ def test_bad_input_is_one_line(tmp_path):
             ev.main([f"--ckpt={tmp_path}", "--progress=False", *argv])
     with pytest.raises(ConfigError, match="does not fit the model's context"):
         ev.Scorer(model, BYTE).score([[([1], list(range(40)))]])
+
+
+@pytest.mark.parametrize("damage,says", [
+    (lambda rows: rows[:1] + ["{broken\n"] + rows[1:], "arc_easy/test.jsonl, line 2: not a JSON row"),
+    (lambda rows: [json.dumps({k: v for k, v in json.loads(rows[0]).items() if k != "question"}) + "\n"] + rows[1:],
+     "arc_easy, test split, row 1: KeyError: 'question'"),
+    (lambda rows: [json.dumps(dict(json.loads(rows[0]), answerKey="Z")) + "\n"] + rows[1:],
+     "arc_easy, test split, row 1:")])
+def test_damaged_task_rows_are_one_line_naming_the_row(tmp_path, damage, says):
+    import shutil
+    shutil.copytree(os.path.join(FIXTURES, "arc_easy"), tmp_path / "arc_easy")
+    path = tmp_path / "arc_easy" / "test.jsonl"
+    path.write_text("".join(damage(open(path).readlines())))
+    with pytest.raises(ConfigError, match=re.escape(says)):
+        ev.build_items(ev.TASKS["arc_easy"], str(tmp_path), 0, 0, None)
