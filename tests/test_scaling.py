@@ -169,11 +169,12 @@ def test_schwethelm_table6_tokens(s):
     cell). Against Table 6 at the r its caption names (r = 1) our count is within 3% of every cell, and to the
     printed precision (+-0.005B) exactly in the cells the comment above gives to r = 1 (six of 29): a change of the
     accounting shows here."""
-    for C, paper, variant in zip(BUDGETS, SCHWETHELM_TOKENS[s], TABLE6_VARIANT[s]):
-        for r in (1, 2, 4):
-            model = scaling.model_on_meta(preset("isodepth", n_embd=64 * s, n_loop=r, n_layer=16 // r))
+    for r in (1, 2, 4):
+        model = scaling.model_on_meta(preset("isodepth", n_embd=64 * s, n_loop=r, n_layer=16 // r))
+        for C in BUDGETS:
             ours = scaling.tokens_for_budget(C, model, "schwethelm")
             assert ours == pytest.approx(C / table6_train_flops(s, r), rel=1e-12), (s, C, r)
+    for C, paper, variant in zip(BUDGETS, SCHWETHELM_TOKENS[s], TABLE6_VARIANT[s]):
         if paper is not None:
             ours = C / table6_train_flops(s, 1) / 1e9
             assert abs(ours / paper - 1) < 0.03, (s, C, ours, paper)
