@@ -1336,11 +1336,7 @@ def main_power(argv):
                        cfg["boot_restarts"], cfg["seed"], cfg["workers"])
     out.update(law={k: law[k] for k in ("A", "alpha", "B", "beta", "E", "phi", "rmse")}, pilot_runs=len(pilot),
                seeds=cfg["seeds"], grid=specs[0], only=cfg["only"])
-    if cfg["out"]:
-        with open(cfg["out"], "w") as f:
-            json.dump(out, f, indent=1)
-    print(json.dumps(_summary(out), indent=1, default=float))
-    return out
+    return _report(out, cfg["out"])
 
 
 def power_delta_phi(rows, spec_path, cfg):
@@ -1362,11 +1358,7 @@ def power_delta_phi(rows, spec_path, cfg):
     out = simulate_delta_phi(reference, cfg["reference"], planned, cfg["designs"], cfg["hold"], noise, cfg["trials"],
                              cfg["restarts"], cfg["bootstrap"], cfg["boot_restarts"], cfg["seed"], cfg["workers"])
     out.update(grid=spec_path, only=cfg["only"])
-    if cfg["out"]:
-        with open(cfg["out"], "w") as f:
-            json.dump(out, f, indent=1)
-    print(json.dumps(_summary(out), indent=1, default=float))
-    return out
+    return _report(out, cfg["out"])
 
 
 def main_figures(argv):
@@ -1391,6 +1383,15 @@ def main_figures(argv):
                 written += fit_results(path, list(fit_args) + [f"--out={out}"], skip_empty=True)[1]
     print("wrote " + ", ".join(written))
     return written
+
+
+def _report(out, path):
+    """Print the result without long arrays; write it whole to path (if given)."""
+    if path:
+        with open(path, "w") as f:
+            json.dump(out, f, indent=1)
+    print(json.dumps(_summary(out), indent=1, default=float))
+    return out
 
 
 def _summary(obj):
