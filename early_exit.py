@@ -480,7 +480,7 @@ def walk_with_exits(model, x, walk, cands, criterion, tau, fill, cache=None, row
     logits of that candidate's readout. Returns ExitWalk: the last (label, state) the walk reached; k_exit, each
     position's exit choice (len(cands): none); reads, the readouts made; scores, the criterion's score at each
     candidate passed; exit_logits, the readout of the last exit (None without one)."""
-    K, cand_at = len(cands), {p: k for k, p in enumerate(cands)}
+    K = len(cands)
     state = dict(frozen=None, mask=None)  # teacher-forced propagate: exited positions' states
 
     def freezing(walk):  # exited positions keep their state (loop steps; the coda runs on every position)
@@ -488,9 +488,10 @@ def walk_with_exits(model, x, walk, cands, criterion, tau, fill, cache=None, row
             if state["frozen"] is not None and label.part == "loop":
                 h.copy_(torch.where(state["mask"][..., None], state["frozen"], h))
             yield label, h, cond
-
-    candidates = scored_candidates(model, x, walk if together else freezing(walk), cands if criterion else [],
-                                   [criterion] if criterion else [], cache, rows=rows)
+    if not together:
+        walk = freezing(walk)
+    candidates = scored_candidates(model, x, walk, cands if criterion else [], [criterion] if criterion else [],
+                                   cache, rows=rows)
     exited = k_exit = exit_logits = None
     reads, scores = 0, []
     for cand in candidates:
@@ -499,12 +500,19 @@ def walk_with_exits(model, x, walk, cands, criterion, tau, fill, cache=None, row
         reads += cand.reads
         score = cand.scores[criterion]
         scores.append(score)
-        if exited is None:
-            exited, k_exit = torch.zeros_like(score, dtype=torch.bool), torch.full_like(score, K, dtype=torch.long)
-        new = (score < tau) & ~exited
-        if not bool(new.all() if together else new.any()):
-            continue
-        k_exit[new] = cand_at[cand.pos]
+        new = score < tau
+        if together:  # the batch as one: all rows exit here, or none
+            if not bool(new.all()):
+                continue
+            exited = torch.zeros_like(new)
+        else:
+            if exited is None:
+                exited, k_exit = torch.zeros_like(new), torch.full_like(score, K, dtype=torch.long)
+            new &= ~exited
+            if not bool(new.any()):
+                continue
+        k = cands.index(cand.pos)
+        k_exit = torch.full_like(score, k, dtype=torch.long) if together else k_exit.masked_fill_(new, k)
         exited |= new
         exit_logits = cand.logits
         if exit_logits is None and (together or fill == "recompute"):  # a rule without heads reads where it stops
