@@ -2,10 +2,12 @@
 reruns, stops its runs when stopped, shares its files safely with another sweep, and every committed spec plans."""
 import glob
 import hashlib
+import io
 import json
 import os
 import subprocess
 import sys
+import tarfile
 
 import pytest
 
@@ -250,10 +252,10 @@ def rows_sha256(rows):
     return hashlib.sha256("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows).encode()).hexdigest()
 
 
-def provenance_errors(root):
+def provenance_errors(root, scratch):
     """Each committed row either ran at a commit that holds its spec (hash equal: the rule was committed first, so
     the row's commit descends from the rule's) with the rule unchanged since, or is one of the grandfathered rows of
-    records/grandfathered.json, exactly (nothing new slips in, nothing old is rewritten)."""
+    records/grandfathered.json, exactly (nothing new slips in, nothing old is rewritten). scratch: a directory."""
     old_rows, errors = sweep.grandfathered(str(root)), []
     for path in sorted(glob.glob(os.path.join(root, "records", "*", "*.jsonl"))):
         name, rows = os.path.relpath(path, root), sweep.read_results(path)
@@ -264,7 +266,7 @@ def provenance_errors(root):
         for r in (r for r in rows if "spec_sha256" in r):
             try:
                 assert sweep.git(str(root), "merge-base", "--is-ancestor", r["git_rev"], "HEAD") == ""
-                spec_then = tmp_spec(root, sweep.git(str(root), "show", f"{r['git_rev']}:{r['spec']}"))
+                spec_then = os.path.join(specs_at(root, r["git_rev"], scratch), r["spec"])
                 assert sweep.file_sha256(spec_then) == r["spec_sha256"], "the spec at git_rev is not the one run"
                 assert sweep.load_spec(spec_then)["rule"] == sweep.load_spec(os.path.join(root, r["spec"]))["rule"], \
                     "the rule changed after the row"
@@ -273,15 +275,17 @@ def provenance_errors(root):
     return errors
 
 
-def tmp_spec(root, text):
-    path = os.path.join(root, ".git", "spec_then.py")
-    with open(path, "w") as f:
-        f.write(text)
-    return path
+def specs_at(root, rev, scratch):
+    """The sweep specs as committed at rev, byte for byte (a spec may read a sibling), under scratch/rev."""
+    out = os.path.join(scratch, rev)
+    if not os.path.exists(out):
+        tar = subprocess.run(["git", "archive", rev, "config/sweeps"], cwd=root, capture_output=True, check=True)
+        tarfile.open(fileobj=io.BytesIO(tar.stdout)).extractall(out)
+    return out
 
 
-def test_every_committed_row_ran_under_its_committed_rule():
-    assert provenance_errors(ROOT) == []
+def test_every_committed_row_ran_under_its_committed_rule(tmp_path):
+    assert provenance_errors(ROOT, tmp_path) == []
 
 
 def test_provenance_check_catches_a_changed_rule_and_an_ungrandfathered_row(tmp_path):
@@ -291,15 +295,15 @@ def test_provenance_check_catches_a_changed_rule_and_an_ungrandfathered_row(tmp_
     good = dict(point="a", git_rev=rev, spec="config/sweeps/t.py", spec_sha256=sha)
     results = tmp_path / "records" / "paper" / "t.jsonl"
     results.write_text(json.dumps(good) + "\n")
-    assert provenance_errors(tmp_path) == []
+    assert provenance_errors(tmp_path, tmp_path / "scratch") == []
     results.write_text(json.dumps(good) + "\n" + json.dumps(dict(point="b", git_rev=rev)) + "\n")
-    assert ["not the grandfathered ones"] == [e[-26:] for e in provenance_errors(tmp_path)]
+    assert ["not the grandfathered ones"] == [e[-26:] for e in provenance_errors(tmp_path, tmp_path / "scratch")]
     results.write_text(json.dumps(dict(good, spec_sha256="0" * 64)) + "\n")
-    assert "not the one run" in provenance_errors(tmp_path)[0]
+    assert "not the one run" in provenance_errors(tmp_path, tmp_path / "scratch")[0]
     results.write_text(json.dumps(good) + "\n")
     (tmp_path / "config" / "sweeps" / "t.py").write_text("rule = dict(finding='g', test='t', seeds=(7,), margin=0.1)\n")
     git(tmp_path, "commit", "-qam", "the rule moved after the row")
-    assert "the rule changed after the row" in provenance_errors(tmp_path)[0]
+    assert "the rule changed after the row" in provenance_errors(tmp_path, tmp_path / "scratch")[0]
 
 
 def test_every_sweep_spec_plans(monkeypatch, capsys):
