@@ -29,7 +29,9 @@ A sweep spec (config/sweeps/*.py) is a plain Python file that sets:
                   dict(finding=..., test=..., seeds=(...), margin=...): the finding judged, the test of
                   records/README.md's standard with its family and threshold, the training seeds (exactly those the
                   grid plans; None = train.py's 1337), the equivalence margin (None for a difference). The grid is
-                  the spec's own points. Specs whose rows predate rules are listed in records/grandfathered.json.
+                  the spec's own points. The record files whose rows predate rules are listed, with the reason, in
+                  records/grandfathered.json: their specs still run without a rule (the course versions), but a
+                  row they add to a record fails tests/test_sweep.py until its spec holds one.
 
 Rules before runs: a sweep with a `record` refuses to start unless the git tree is clean apart from the results
 files of registered sweeps (records/<paper>/<sweep>.jsonl with a config/sweeps/<sweep>.py), so every row's
