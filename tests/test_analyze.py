@@ -346,5 +346,5 @@ def test_bad_input_messages(tmp_path, plain_ckpt):
         analyze.main(["jsd", "--ckpt_dir=x"])
     with pytest.raises(ConfigError, match="no checkpoint"):
         analyze.main(["jsd", f"--ckpt={tmp_path}/missing", f"--out_dir={tmp_path}"])
-    with pytest.raises(ValueError, match=r"has no MoE layers \(set n_expert > 0\)"):
+    with pytest.raises(ConfigError, match=r"has no MoE layer that runs on more than one pass"):
         analyze.main(["routing", f"--ckpt={plain_ckpt}", f"--out_dir={tmp_path}"])
