@@ -443,9 +443,9 @@ def test_figures_draw_the_probes_that_have_run(tmp_path, capsys, monkeypatch):
     test_fit_cli_writes_figures draws one.)"""
     load_spec = sweep.load_spec
 
-    def without_joint(path):
+    def without_joint(path):  # and with few bootstrap resamples: the figures' contents, not their intervals
         spec = load_spec(path)
-        spec["figures"] = {k: v for k, v in spec.get("figures", {}).items() if k != "joint"}
+        spec["figures"] = {k: v + ["--bootstrap=8"] for k, v in spec.get("figures", {}).items() if k != "joint"}
         return spec
 
     monkeypatch.setattr(fits, "load_spec", without_joint)
