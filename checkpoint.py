@@ -7,6 +7,7 @@ Checkpoints and the rules that keep a run's work safe:
 - writing checkpoints atomically, and the collapse guard (Checkpoints): a collapsed or diverged model is never
   saved over the last good one, and a run that stays collapsed stops, saying what to do.
 """
+import errno
 import fcntl
 import math
 import os
@@ -237,11 +238,23 @@ def clean_up_after_kill(path, say):
 
 
 def save_checkpoint(path, state):
-    """Write atomically: a killed run never leaves a half-written ckpt.pt."""
+    """Write atomically: a killed run never leaves a half-written ckpt.pt, and a write that fails (a full disk)
+    leaves the last complete one as it was and stops the run in one line."""
     tmp = path + ".tmp"
-    torch.save(state, tmp)
-    with open(tmp, "rb") as f:
-        os.fsync(f.fileno())
+    try:
+        torch.save(state, tmp)
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+    except (OSError, RuntimeError) as e:  # torch reports a full disk as a RuntimeError of its zip writer
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        folder = os.path.dirname(os.path.abspath(path))
+        kept = f"the last checkpoint, {path}, is intact" if os.path.exists(path) else "no checkpoint was written"
+        free = shutil.disk_usage(folder).free
+        if getattr(e, "errno", None) == errno.ENOSPC or free < 64 * 2 ** 20:
+            raise ConfigError(f"no space left on {folder} ({free / 2 ** 20:.0f} MiB free) writing {tmp}: {kept}; "
+                              "free some space, then --resume") from None
+        raise ConfigError(f"cannot write {tmp} ({str(e)[:80]}): {kept}") from None
     os.replace(tmp, path)
 
 

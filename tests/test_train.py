@@ -606,3 +606,24 @@ def test_result_json_is_strict_and_only_written_at_a_runs_end(data_dir, tmp_path
 def test_a_validation_set_smaller_than_one_window_is_one_line(data_dir, tmp_path):
     with pytest.raises(ConfigError, match="--eval_tokens=16 is less than one validation window of block_size=32"):
         train.main(TINY + data_dir + ["--eval_tokens=16", f"--out_dir={tmp_path / 'run'}"])
+
+
+def test_a_full_disk_is_one_line_and_keeps_the_last_checkpoint(tmp_path, monkeypatch):
+    path = str(tmp_path / "ckpt.pt")
+    checkpoint.save_checkpoint(path, {"step": 1})
+
+    def full(state, file):  # what torch's zip writer raises when the disk fills
+        open(file, "wb").write(b"partial")
+        raise RuntimeError("[enforce fail at inline_container.cc:672] . PytorchStreamWriter failed writing file")
+    monkeypatch.setattr(checkpoint.torch, "save", full)
+    monkeypatch.setattr(checkpoint.shutil, "disk_usage", lambda p: shutil_usage(free=1024))
+    with pytest.raises(ConfigError, match=f"no space left on {tmp_path} .*the last checkpoint, {path}, is intact"):
+        checkpoint.save_checkpoint(path, {"step": 2})
+    assert not os.path.exists(path + ".tmp")
+    monkeypatch.undo()
+    assert torch.load(path, weights_only=True) == {"step": 1}
+
+
+def shutil_usage(free):
+    import collections
+    return collections.namedtuple("usage", "total used free")(2 ** 40, 2 ** 40 - free, free)
