@@ -61,6 +61,7 @@ import torch.nn.functional as F
 
 import scaling
 from checkpoint import load_model
+from configurator import ConfigError
 from distributed import pick_device
 from loop import is_looped, last
 from model import Label
@@ -642,7 +643,8 @@ def parse_schedule(text, L):
     """'4,2,1,1' (units of 1/L) -> (4, 2, 1, 1), checked to sum to L."""
     steps = tuple(int(s) for s in text.replace(" ", "").split(",") if s)
     if not steps or any(s <= 0 for s in steps) or sum(steps) != L:
-        raise ValueError(f"schedule {text!r} must be positive integers (units of 1/{L}) summing to L={L}")
+        raise ConfigError(f"--schedule={text!r} must be positive integers (units of 1/{L}) summing to "
+                          f"n_loop={L}")
     return steps
 
 
@@ -897,6 +899,9 @@ def main(argv=None):
                 results[name] = evaluate_exits(model, batches, crits, cfg["every_layer"], cfg["n_tau"])
             elif cfg["mode"] == "elastic":
                 L = model.config.n_loop
+                if not 0 <= cfg["budget"] <= L:
+                    raise ConfigError(f"early_exit.py: --budget={cfg['budget']}: {name} has n_loop={L}; a budget M "
+                                      f"must satisfy 1 <= M <= {L} (0: the per-budget curve only)")
                 sched = parse_schedule(cfg["schedule"], L) if cfg["schedule"] else None
                 results[name] = elastic_study(model, batches, cfg["budget"], sched)
             else:

@@ -14,6 +14,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import early_exit as ee  # noqa: E402
+from configurator import ConfigError  # noqa: E402
 from model import GPT, GPTConfig, KVCache, Label  # noqa: E402
 
 torch.set_num_threads(min(2, torch.get_num_threads()))
@@ -507,7 +508,7 @@ def test_schedule_enumeration_counts_compositions():
     assert len(ee.compositions(8, 4)) == 35 and len(ee.compositions(12, 6)) == 462  # Jeddi et al., Fig. 5
     assert ee.compositions(4, 2) == [(1, 3), (2, 2), (3, 1)]
     assert ee.parse_schedule("4,2,1,1", 8) == (4, 2, 1, 1)
-    with pytest.raises(ValueError, match="summing to L=8"):
+    with pytest.raises(ConfigError, match="summing to n_loop=8"):
         ee.parse_schedule("4,2,1", 8)
     with pytest.raises(ValueError, match="1 <= M <= L"):
         ee.compositions(4, 5)
@@ -577,3 +578,18 @@ def test_command_line_writes_json_png_and_table(tmp_path, capsys):
     res = json.load(open(f"{out}/early_exit_elastic.json"))["results"]["run2"]
     assert len(res["all_schedules"]) == 2 and set(res["budgets"]) == {"1", "2", "3"}
     assert os.path.getsize(f"{out}/early_exit_elastic.png") > 1000
+
+
+def test_an_elastic_budget_beyond_the_model_is_one_line(tmp_path):
+    model = tiny_gpt()  # a plain model: n_loop=1
+    torch.save(dict(model=model.state_dict(), model_config=model.config.to_dict(), train_config={}),
+               tmp_path / "ckpt.pt")
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    for split, n in (("train", 4000), ("val", 3000)):
+        np.random.default_rng(0).integers(0, V, n).astype(np.uint16).tofile(data_dir / f"{split}.bin")
+    (data_dir / "meta.json").write_text(json.dumps(dict(tokenizer="byte", vocab_size=V, eot=V - 1, dtype="uint16",
+                                                         train_tokens=4000, val_tokens=3000)))
+    with pytest.raises(ConfigError, match="--budget=2: .* has n_loop=1; a budget M must satisfy 1 <= M <= 1"):
+        ee.main([f"--ckpt={tmp_path}", "--mode=elastic", "--budget=2", f"--data_dir={data_dir}",
+                 f"--out_dir={tmp_path}", "--eval_tokens=256", "--block_size=32"])
