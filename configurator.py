@@ -58,6 +58,23 @@ def _comments(source_file, names):
     return docs
 
 
+def _run_config_file(path):
+    """The names a config file assigns (it is plain Python, exec'd); a file that cannot be read or run is one line
+    naming it and the line that failed."""
+    try:
+        code = open(path).read()
+    except OSError as e:
+        raise ConfigError(f"config error: cannot read config file '{path}': {e.strerror}")
+    namespace = {"__file__": os.path.abspath(path)}  # a config may exec a file beside it, then change keys
+    try:
+        exec(compile(code, path, "exec"), namespace)
+    except Exception as e:  # a syntax error, an exec'd file that is missing, ...: the file's own fault
+        where = getattr(e, "lineno", None) or _failing_line(e, path)
+        raise ConfigError(f"config error: config file '{path}'{f', line {where}' if where else ''}: "
+                          f"{type(e).__name__}: {e}") from None
+    return namespace
+
+
 def _failing_line(error, path):
     """The line of the config file `path` where `error` was raised (None if it came from elsewhere)."""
     frames = [f for f in traceback.extract_tb(error.__traceback__) if f.filename == path]
@@ -153,18 +170,7 @@ def configure(defaults, model_cls=None, argv=None, doc_source=None, choices=None
                     raise ConfigError(f"config error: '{arg}' needs a value, like --{key}=...")
             assign(key.replace("-", "_"), value, "command line")
         else:
-            try:
-                code = open(arg).read()
-            except OSError as e:
-                raise ConfigError(f"config error: cannot read config file '{arg}': {e.strerror}")
-            namespace = {"__file__": os.path.abspath(arg)}  # a config may exec a file beside it, then change keys
-            try:
-                exec(compile(code, arg, "exec"), namespace)
-            except Exception as e:  # a syntax error, an exec'd file that is missing, ...: the file's own fault
-                where = getattr(e, "lineno", None) or _failing_line(e, arg)
-                raise ConfigError(f"config error: config file '{arg}'{f', line {where}' if where else ''}: "
-                                  f"{type(e).__name__}: {e}") from None
-            for key, value in namespace.items():
+            for key, value in _run_config_file(arg).items():
                 if key.startswith("_") or inspect.ismodule(value) or callable(value):
                     continue
                 assign(key, value, arg)

@@ -481,16 +481,9 @@ def walk_with_exits(model, x, walk, cands, criterion, tau, fill, cache=None, row
     logits of that candidate's readout. Returns ExitWalk: the last (label, state) the walk reached; k_exit, each
     position's exit choice (len(cands): none); reads, the readouts made; scores, the criterion's score at each
     candidate passed; exit_logits, the readout of the last exit (None without one)."""
-    K = len(cands)
-    state = dict(frozen=None, mask=None)  # teacher-forced propagate: exited positions' states
-
-    def freezing(walk):  # exited positions keep their state (loop steps; the coda runs on every position)
-        for label, h, cond in walk:
-            if state["frozen"] is not None and label.part == "loop":
-                h.copy_(torch.where(state["mask"][..., None], state["frozen"], h))
-            yield label, h, cond
+    K, frozen = len(cands), FrozenStates()
     if not together:
-        walk = freezing(walk)
+        walk = frozen.walk(walk)
     candidates = scored_candidates(model, x, walk, cands if criterion else [], [criterion] if criterion else [],
                                    cache, rows=rows)
     exited = k_exit = exit_logits = None
@@ -523,20 +516,44 @@ def walk_with_exits(model, x, walk, cands, criterion, tau, fill, cache=None, row
             on_exit(new, exit_logits)
         if together:
             candidates.close()
-            if fill == "propagate":
-                walk.close()  # stop the depth here
-                propagate_fill(model, [lab for lab in labels[cand.pos + 1:] if lab.part != "coda"], cand.h,
-                               model.rope(cache.pos, x.size(1)), cache, schedule)
-            else:
-                last(walk)  # recompute: the rest of the depth runs all the same
+            finish_after_exit(model, walk, cand, fill, labels, x, cache, schedule)
             return ExitWalk(cand.label, cand.h, k_exit, reads, scores, exit_logits)
         if fill == "propagate":
-            mask = new.clone() if rows is None else torch.zeros_like(rows)
-            if rows is not None:
-                mask[rows] = new
-            state["frozen"] = torch.where(mask[..., None], cand.h, cand.h if state["frozen"] is None
-                                          else state["frozen"])
-            state["mask"] = mask if state["mask"] is None else state["mask"] | mask
+            frozen.add(cand.h, new, rows)
+
+
+def finish_after_exit(model, walk, cand, fill, labels, x, cache, schedule):
+    """After a decoding batch exits at candidate `cand`: propagate stops the walk and fills the skipped steps'
+    cache entries from the exited state; recompute runs the rest of the walk anyway (exact caches, no saving)."""
+    if fill == "propagate":
+        walk.close()  # stop the depth here
+        propagate_fill(model, [lab for lab in labels[cand.pos + 1:] if lab.part != "coda"], cand.h,
+                       model.rope(cache.pos, x.size(1)), cache, schedule)
+    else:
+        last(walk)
+
+
+class FrozenStates:
+    """Teacher-forced scoring's propagate fill: exited positions keep their exited state through the rest of the
+    walk (its loop steps; the coda runs on every position), so the later steps' cache entries come from that state
+    as a propagate fill's would."""
+
+    def __init__(self):
+        self.h = self.mask = None
+
+    def walk(self, walk):
+        for label, h, cond in walk:
+            if self.h is not None and label.part == "loop":
+                h.copy_(torch.where(self.mask[..., None], self.h, h))
+            yield label, h, cond
+
+    def add(self, h, new, rows=None):
+        """Freeze the positions `new` (a mask over `rows`, a (B, T) mask; None: all) at the states h."""
+        mask = new.clone() if rows is None else torch.zeros_like(rows)
+        if rows is not None:
+            mask[rows] = new
+        self.h = torch.where(mask[..., None], h, h if self.h is None else self.h)
+        self.mask = mask if self.mask is None else self.mask | mask
 
 
 @torch.no_grad()

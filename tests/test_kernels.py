@@ -107,6 +107,17 @@ def test_rope_in_place_matches_the_formula_and_its_gradient(dtype):
         assert torch.autograd.gradcheck(lambda q: kernels.rope_in_place(q, cos.double(), sin.double()), (x64,))
 
 
+def same_step(a, b):
+    """Two models with the same weights give the same logits and gradients on one batch, up to rounding."""
+    idx = torch.randint(0, 61, (2, 16))
+    (la, loss_a, _), (lb, loss_b, _) = a(idx, idx), b(idx, idx)
+    loss_a.backward()
+    loss_b.backward()
+    torch.testing.assert_close(lb, la, rtol=1e-5, atol=1e-5)
+    for (name, p), q in zip(a.named_parameters(), b.parameters()):
+        torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-6, msg=name)
+
+
 def test_compiled_plain_model_matches_the_eager_fast_paths():
     """The same model two ways: eager with kernels.py's fast paths, and compiled (torch.compile per block and the
     loss; aot_eager runs the traced graphs without generating code, so this stays fast) with model.py's plain
@@ -115,13 +126,7 @@ def test_compiled_plain_model_matches_the_eager_fast_paths():
     eager, compiled = kernels.install(GPT(cfg).init_weights(0)), GPT(cfg).init_weights(0)
     assert type(eager.blocks[0].norm_attn) is kernels.FusedRMSNorm and not kernels.installed(compiled)
     compiled.compile_blocks(backend="aot_eager")
-    idx = torch.randint(0, 61, (2, 16))
-    (la, loss_a, _), (lb, loss_b, _) = eager(idx, idx), compiled(idx, idx)
-    loss_a.backward()
-    loss_b.backward()
-    torch.testing.assert_close(lb, la, rtol=1e-5, atol=1e-5)
-    for (name, p), q in zip(eager.named_parameters(), compiled.parameters()):
-        torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-6, msg=name)
+    same_step(eager, compiled)
 
 
 @pytest.mark.parametrize("kw", [dict(), dict(attn="mla", kv_lora_rank=16, rope_head_dim=8, q_lora_rank=8),
@@ -133,10 +138,4 @@ def test_installing_the_fast_paths_changes_no_state_and_no_result_beyond_roundin
     assert list(fast.state_dict()) == list(plain.state_dict()) and kernels.installed(fast)
     swapped = [type(m) for m in fast.modules() if type(m) in kernels.FAST.values()]
     assert len(swapped) == sum(type(m) in kernels.FAST for m in plain.modules()) > 0
-    idx = torch.randint(0, 61, (2, 16))
-    (la, loss_a, _), (lb, loss_b, _) = plain(idx, idx), fast(idx, idx)
-    loss_a.backward()
-    loss_b.backward()
-    torch.testing.assert_close(lb, la, rtol=1e-5, atol=1e-5)
-    for (name, p), q in zip(plain.named_parameters(), fast.parameters()):
-        torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-6, msg=name)
+    same_step(plain, fast)

@@ -103,13 +103,8 @@ def one_pass_deeper(model, x, rope, targets, rng, schedule, aux):
     return logits, model.loss(logits, targets)
 
 
-class UniformGateRouter:
+class UniformGateRouter(moe.SoftmaxRouter):
     """Experts picked by softmax score, each selected expert weighted 1/k."""
-
-    @staticmethod
-    def scores(logits_NE):
-        probs_NE = torch.softmax(logits_NE, dim=-1)
-        return probs_NE, probs_NE
 
     @staticmethod
     def gates(logits_NE, scores_NE, experts_NK):
