@@ -71,10 +71,17 @@ def checkpoint_of(run_dir):
 def load_model(run_dir, device="cpu"):
     """(model in eval mode, checkpoint dict) from a run directory's checkpoint (or a path to one). On the CPU with
     the run's CPU fast paths (train.py's cpu_kernels, on unless the run turned them off), as the run computed."""
-    ckpt = read_checkpoint(checkpoint_of(run_dir), device)
-    model = GPT(GPTConfig(**ckpt["model_config"]))
-    model.load_state_dict(ckpt["model"])
-    kernels.on_cpu(model, device, ckpt.get("train_config", {}).get("cpu_kernels", True))
+    path = checkpoint_of(run_dir)
+    ckpt = read_checkpoint(path, device)
+    try:
+        model = GPT(GPTConfig(**ckpt["model_config"]))
+        model.load_state_dict(ckpt["model"])
+    except (TypeError, ValueError, RuntimeError, AttributeError) as e:  # a damaged or foreign config or state dict
+        raise ConfigError(f"{path} holds a model this code cannot build or load ({type(e).__name__}: "
+                          f"{str(e).splitlines()[0][:100]}): it was damaged or comes from another program; train "
+                          "again or use another run") from None
+    train_config = ckpt.get("train_config") if isinstance(ckpt.get("train_config"), dict) else {}
+    kernels.on_cpu(model, device, train_config.get("cpu_kernels", True))
     return model.to(device).eval(), ckpt
 
 

@@ -62,9 +62,9 @@ def _run_config_file(path):
     """The names a config file assigns (it is plain Python, exec'd); a file that cannot be read or run is one line
     naming it and the line that failed."""
     try:
-        code = open(path).read()
-    except OSError as e:
-        raise ConfigError(f"config error: cannot read config file '{path}': {e.strerror}")
+        code = open(path, encoding="utf-8").read()
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"config error: cannot read config file '{path}': {getattr(e, 'strerror', None) or e}")
     namespace = {"__file__": os.path.abspath(path)}  # a config may exec a file beside it, then change keys
     try:
         exec(compile(code, path, "exec"), namespace)

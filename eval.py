@@ -374,14 +374,14 @@ def read_rows(path):
         import pyarrow.parquet as pq
         return pq.read_table(path).to_pylist()
     rows = []
-    with open(path, encoding="utf-8") as f:
+    with open(path, "rb") as f:
         for n, line in enumerate(f, 1):
             if line.strip():
                 try:
-                    rows.append(json.loads(line))
-                except ValueError as e:
-                    raise ConfigError(f"eval.py: {path}, line {n}: not a JSON row ({e}): mend the line or fetch the "
-                                      "split again (--fetch)") from None
+                    rows.append(json.loads(line.decode("utf-8")))
+                except ValueError as e:  # UnicodeDecodeError is one too
+                    raise ConfigError(f"eval.py: {path}, line {n}: not a JSON row ({str(e)[:80]}): mend the line or "
+                                      "fetch the split again (--fetch)") from None
     return rows
 
 
