@@ -527,8 +527,9 @@ class GPT(nn.Module):
         self.add_module(between.name, between)
         self.between_name = between.name
         self.cond = CONDITIONING[cfg.loop_cond]
-        for name in ("loop_embed", "step_embed"):
-            setattr(self, name, ScalarEmbedder(C) if self.cond is not None and name in self.cond.embedders else None)
+        self.loop_embed = self.step_embed = None  # the papers' embedder names, None without them (analyses ask)
+        for name in self.cond.embedders if self.cond is not None else ():  # in the row's order: its init order
+            setattr(self, name, ScalarEmbedder(C))
         # the branch multipliers as a tensor, so that the compiled block never specialises on their value
         rule = RESIDUAL_RULES[cfg.residual_scaling]
         if rule.multiplier is not None or res_scale is not None:

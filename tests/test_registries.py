@@ -87,13 +87,13 @@ class ScaleModulator(nn.Module):
 
 
 class PassScale:
-    embedders = ("loop_embed",)
+    embedders = ("pass_embed",)  # a name of its own: the model holds whatever embedders a row names
     modulator = ScaleModulator
     per_sequence = True
 
     @staticmethod
     def vector(model, loop_index, t, dt):
-        return model.loop_embed(loop_index)
+        return model.pass_embed(loop_index)
 
 
 def one_pass_deeper(model, x, rope, targets, rng, schedule, aux):
@@ -131,7 +131,7 @@ def test_a_toy_injection(monkeypatch):
 def test_a_toy_conditioning(monkeypatch):
     monkeypatch.setitem(loop.CONDITIONING, "pass_scale", PassScale)
     model = GPT(tiny(loop_cond="pass_scale", cond_lr_scale=0.5, mup=False)).init_weights(0)
-    assert all(isinstance(b.modulator, ScaleModulator) for b in model.blocks) and model.loop_embed is not None
+    assert all(isinstance(b.modulator, ScaleModulator) for b in model.blocks) and model.pass_embed is not None
     assert {g["lr_scale"] for g in model.param_groups() if any(".modulator." in n for n in g["names"])} == {0.5}
     trains_one_step(model)
     counted_flops_match(model)
