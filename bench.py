@@ -19,10 +19,12 @@ reports it). Without it torch emulates bf16 at a small fraction of the fp32 rate
 an AVX2-only AMD EPYC): both the steps and R would time the emulation, so bf16 is skipped with a one-line note.
 
 On a GPU, one command measures the paper-scale path (Lee et al. 2026, arXiv:2605.09165, presets at d=1024, bf16,
-compiled): Base, Looped 8x2, MoE and Looped-MoE, each with its tokens/s, MFU, peak memory (weights, optimizer state
-and the step's transient peak), graph breaks per compiled block (torch._dynamo.explain; target 0) and whether a
-steady-state step is free of host syncs (torch.cuda.set_sync_debug_mode("error")), then the ratios MoE / dense step
-time and Looped / Base tokens/s at equal executed FLOPs:
+compiled, the GPT-2 vocabulary's head padded to 50304 rows as nanoGPT does: cuBLAS has no fast kernel for a matrix
+of 50257 columns, and that one matmul would dominate the step): Base, Looped 8x2, MoE and Looped-MoE, each with its
+tokens/s, MFU, peak memory (weights, optimizer state and the step's transient peak), graph breaks per compiled block
+(torch._dynamo.explain; target 0) and whether a steady-state step is free of host syncs
+(torch.cuda.set_sync_debug_mode("error")), then the ratios MoE / dense step time and Looped / Base tokens/s at equal
+executed FLOPs:
 
     python bench.py --device=cuda --preset=gpu --out=gpu.json     # any GPTConfig key still applies, e.g. --n_embd
 
@@ -159,7 +161,8 @@ def preset_models(cfg, model_cfg, argv):
                               f"CUDA device, not {cfg['device']!r}: run it with --device=cuda on a machine with a GPU")
         keys = [a for a in argv if a.startswith("--") and a[2:].split("=", 1)[0] in GPTConfig.__dataclass_fields__]
         cfg.update({k: v for k, v in dict(dtypes="bfloat16", compiles="True", warmup=3).items() if k not in given})
-        return {name: preset_model(path, ["--n_embd=1024"] + keys) for name, path in GPU_MODELS.items()}
+        return {name: preset_model(path, ["--n_embd=1024", "--vocab_pad_multiple=64"] + keys)
+                for name, path in GPU_MODELS.items()}
     raise ValueError(f"preset must be default|nanogpt|gpu, got {cfg['preset']!r}")
 
 

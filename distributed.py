@@ -49,7 +49,7 @@ def setup(cfg):
         rank, world_size, local_rank = 0, 1, 0
     master = rank == 0
     device = pick_device(cfg["device"])
-    if device == "cuda" and ddp:
+    if device == "cuda":  # an indexed device (torch.cuda.set_device refuses a bare "cuda"): each rank its own GPU
         device = f"cuda:{local_rank}"
     device_type = "cuda" if device.startswith("cuda") else "cpu"
     if device_type == "cpu":

@@ -295,6 +295,9 @@ class RunLog:
         env.say(f"training: {max_steps} steps x {tokens_per_step:,} tokens on {env.world_size} x {env.device} in "
                 f"{str(env.dtype).replace('torch.', '')}{', compiled' if cfg['compile'] else ''}; peak for MFU "
                 f"{f'{self.peak:.3g} FLOP/s' if self.peak else 'unknown (no MFU)'}")
+        if env.device_type == "cuda" and model.config.padded_vocab % 64 and model.config.padded_vocab > 4096:
+            env.say(f"note: the head has {model.config.padded_vocab} rows, not a multiple of 64, for which GPUs have "
+                    "no fast matmul kernel: --vocab_pad_multiple=64 runs it several times faster")
         self.t_start = self.t_last = time.time()
 
     def wall(self):

@@ -188,6 +188,20 @@ def test_an_unknown_gpu_gets_no_mfu_rather_than_a_guess(monkeypatch):
 
 # ---- bench.py --preset=gpu (the parts a CPU can run) -------------------------------------------------------------
 
+def test_a_bare_cuda_device_becomes_an_indexed_one(monkeypatch):
+    """torch.cuda.set_device refuses a bare "cuda" (the first single-GPU run failed on it): train.py's setup picks
+    the process's GPU by index."""
+    picked = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "set_device", picked.append)
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)  # setup turns TF32 on: put back after
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", torch.backends.cudnn.allow_tf32)
+    cfg = {k: v for k, v in vars(train).items() if not k.startswith("_")}
+    env = distributed.setup(dict(cfg, device="cuda", dtype="float32"))
+    assert (env.device, env.device_type, picked) == ("cuda:0", "cuda", ["cuda:0"])
+
+
 def test_the_gpu_bench_refuses_a_cpu_with_one_line():
     import bench
     with pytest.raises(bench.ConfigError, match=r"^bench.py: --preset=gpu measures the GPU path \(d=1024, bf16, "
@@ -197,10 +211,16 @@ def test_the_gpu_bench_refuses_a_cpu_with_one_line():
 
 def test_the_gpu_bench_models_are_the_papers_presets_at_d1024():
     import bench
-    shapes = {name: (c.n_embd, c.n_layer, c.n_loop, c.n_expert, c.top_k, c.vocab_size, c.block_size)
-              for name, c in ((n, bench.preset_model(p, ["--n_embd=1024"])) for n, p in bench.GPU_MODELS.items())}
-    assert shapes == {"base": (1024, 16, 1, 0, 2, 50257, 1024), "looped": (1024, 8, 2, 0, 2, 50257, 1024),
-                      "moe": (1024, 16, 1, 8, 2, 50257, 1024), "looped_moe": (1024, 8, 2, 8, 2, 50257, 1024)}
+    cfg = dict(preset="gpu", device="cuda", dtypes="float32", compiles="False", warmup=2)
+    models = bench.preset_models(cfg, None, ["--preset=gpu", "--device=cuda", "--dtypes=float32"])
+    shapes = {name: (c.n_embd, c.n_layer, c.n_loop, c.n_expert, c.top_k, c.vocab_size, c.padded_vocab, c.block_size)
+              for name, c in models.items()}
+    assert shapes == {"base": (1024, 16, 1, 0, 2, 50257, 50304, 1024), "looped": (1024, 8, 2, 0, 2, 50257, 50304, 1024),
+                      "moe": (1024, 16, 1, 8, 2, 50257, 50304, 1024),
+                      "looped_moe": (1024, 8, 2, 8, 2, 50257, 50304, 1024)}
+    assert (cfg["dtypes"], cfg["compiles"], cfg["warmup"]) == ("float32", "True", 3)  # the preset's, unless given
+    unpadded = bench.preset_models(cfg, None, ["--preset=gpu", "--vocab_pad_multiple=1"])
+    assert unpadded["base"].padded_vocab == 50257
     rows = [dict(model="base", step_s=1.0, flops_per_s=4.0), dict(model="looped", step_s=1.2, flops_per_s=3.0),
             dict(model="moe", step_s=1.5, flops_per_s=2.0), dict(model="looped_moe", step_s=1.8, flops_per_s=1.0)]
     assert bench.model_ratios(rows) == {"moe / base step time": 1.5, "looped_moe / looped step time": 1.5,
