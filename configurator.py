@@ -136,45 +136,14 @@ def configure(defaults, model_cls=None, argv=None, doc_source=None, choices=None
         doc_source = defaults.get("__file__") or inspect.stack()[1].filename
     script = {k: v for k, v in defaults.items()
               if not k.startswith("_") and isinstance(v, SIMPLE_TYPES)}
-    fields = {f.name: f for f in dataclasses.fields(model_cls)} if model_cls else {}
-    model_defaults = {}
-    for name, f in fields.items():
-        if f.default is not dataclasses.MISSING:
-            model_defaults[name] = f.default
-        else:
-            model_defaults[name] = f.default_factory()
+    model_defaults = {f.name: f.default if f.default is not dataclasses.MISSING else f.default_factory()
+                      for f in dataclasses.fields(model_cls)} if model_cls else {}
     clash = set(script) & set(model_defaults)
     assert not clash, f"script keys shadow model config fields: {sorted(clash)}"
-    known = {**script, **model_defaults}
-
     if "-h" in argv or "--help" in argv:
         print_help(script, model_defaults, doc_source, model_cls, usage)
         raise SystemExit(0)
-
-    values = {}
-
-    def assign(key, value, where):
-        if key not in known:
-            raise _unknown(key, list(known))
-        values[key] = _check_type(key, value, known[key])
-
-    for arg in argv:
-        if arg.startswith("--"):
-            if "=" in arg:
-                key, text = arg[2:].split("=", 1)
-                # a string key takes the text as written (--dtypes=float32,bfloat16 or --compiles=False)
-                value = text if isinstance(known.get(key.replace("-", "_")), str) else _parse_value(text)
-            else:  # a bare --flag switches a boolean key on
-                key, value = arg[2:], True
-                if key.replace("-", "_") in known and not isinstance(known[key.replace("-", "_")], bool):
-                    raise ConfigError(f"config error: '{arg}' needs a value, like --{key}=...")
-            assign(key.replace("-", "_"), value, "command line")
-        else:
-            for key, value in _run_config_file(arg).items():
-                if key.startswith("_") or inspect.ismodule(value) or callable(value):
-                    continue
-                assign(key, value, arg)
-
+    values = read_overrides(argv, {**script, **model_defaults})
     script.update({k: v for k, v in values.items() if k in script})
     for key, allowed in (choices or {}).items():
         if script[key] not in allowed:
@@ -182,13 +151,37 @@ def configure(defaults, model_cls=None, argv=None, doc_source=None, choices=None
             hint = f"; did you mean '{close[0]}'?" if close else ""
             raise ConfigError(f"config error: --{key}={script[key]!r} is not one of "
                               f"{' | '.join(map(str, allowed))}{hint}")
-    model_cfg = None
-    if model_cls is not None:
-        try:
-            model_cfg = model_cls(**{k: v for k, v in values.items() if k in model_defaults})
-        except ValueError as e:
-            raise ConfigError(f"config error: {e}") from None
-    return script, model_cfg
+    if model_cls is None:
+        return script, None
+    try:
+        return script, model_cls(**{k: v for k, v in values.items() if k in model_defaults})
+    except ValueError as e:
+        raise ConfigError(f"config error: {e}") from None
+
+
+def read_overrides(argv, known):
+    """{key: value} set by argv's config files and --key=value arguments, in order (a later one wins); every key
+    must be known and every value of its default's type."""
+    values = {}
+    for arg in argv:
+        if not arg.startswith("--"):
+            pairs = [(key, value) for key, value in _run_config_file(arg).items()
+                     if not (key.startswith("_") or inspect.ismodule(value) or callable(value))]
+        elif "=" in arg:
+            key, text = arg[2:].split("=", 1)
+            key = key.replace("-", "_")
+            # a string key takes the text as written (--dtypes=float32,bfloat16 or --compiles=False)
+            pairs = [(key, text if isinstance(known.get(key), str) else _parse_value(text))]
+        else:  # a bare --flag switches a boolean key on
+            key = arg[2:].replace("-", "_")
+            if key in known and not isinstance(known[key], bool):
+                raise ConfigError(f"config error: '{arg}' needs a value, like {arg}=...")
+            pairs = [(key, True)]
+        for key, value in pairs:
+            if key not in known:
+                raise _unknown(key, list(known))
+            values[key] = _check_type(key, value, known[key])
+    return values
 
 
 def print_help(script, model_defaults, doc_source, model_cls, usage=None):

@@ -63,7 +63,7 @@ import scaling
 from checkpoint import load_model
 from configurator import ConfigError
 from distributed import pick_device
-from loop import is_looped, last
+from loop import LoopCond, is_looped, last
 from model import Label
 
 FILLS = ("propagate", "recompute")
@@ -459,7 +459,7 @@ def propagate_fill(model, labels, h, rope, cache, schedule=None):
                 steps = model.resolve_schedule(schedule)
                 pass_embeddings[label.loop] = model.loop_embedding(label.loop, sum(steps[:label.loop]),
                                                                    steps[label.loop])
-            cond = model.block_cond(label.layer, pass_embeddings[label.loop])
+            cond = LoopCond(block.modulator, pass_embeddings[label.loop])
         a, _ = block.attention_input(h, cond)
         cache.update(label.index, *block.attn.cache_entry(a, rope))
 

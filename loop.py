@@ -60,18 +60,13 @@ def is_looped(config):
     return config.n_loop > 1 or config.n_prelude > 0 or config.n_coda > 0
 
 
-def uniform_schedule(n):
-    return [1.0 / n] * n
-
-
 def resolve_schedule(cfg, schedule=None, max_passes=None):
     """A schedule is a list of step sizes dt summing to 1 (one pass each), or an int M (M uniform steps): elastic
     evaluation at budget M (Jeddi et al. 2026, Algorithm 2). None means the trained depth, n_loop uniform steps. A
     one-pass model without prelude or coda makes one pass; max_passes: what the module between passes allows."""
-    if schedule is None:
-        return uniform_schedule(cfg.n_loop)
+    schedule = cfg.n_loop if schedule is None else schedule
     if isinstance(schedule, int):
-        schedule = uniform_schedule(schedule)
+        schedule = [1.0 / schedule] * schedule
     schedule = [float(s) for s in schedule]
     if not schedule or min(schedule) <= 0 or abs(sum(schedule) - 1) > 1e-6:
         raise ValueError(f"a schedule is a non-empty list of positive step sizes summing to 1 (or an int), "

@@ -629,13 +629,10 @@ class GPT(nn.Module):
         """The conditioning vector c (1, C) of pass `loop` (starting at time t with step size dt), or None."""
         return self.cond.vector(self, loop, t, dt) if self.cond is not None else None
 
-    def block_cond(self, i, c):
-        """What block i receives as `cond` in a pass conditioned by the vector c (None: an unconditioned step)."""
-        return LoopCond(self.blocks[i].modulator, c) if c is not None else None
-
     def run_block(self, i, x, rope, cache, slot, loop, c, aux):
-        """Run block i in pass `loop` conditioned by c; returns (its output, the conditioning it ran with)."""
-        cond = self.block_cond(i, c)
+        """Run block i in pass `loop` conditioned by the vector c (None: unconditioned); returns (its output, the
+        conditioning it ran with)."""
+        cond = LoopCond(self.blocks[i].modulator, c) if c is not None else None
         res_scale = self.res_scales[i] if self.res_scales is not None else 1.0
         x, block_aux = self.blocks[i](x, rope, cache, slot, cond, res_scale, loop)
         add_aux(aux, block_aux)
