@@ -44,8 +44,11 @@ import itertools
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import threading
+import time
 from collections import namedtuple
 
 import numpy as np
@@ -282,13 +285,8 @@ def run_sweep(spec, dry_run=False, only="", retry_failed=False, limit=0, paralle
     """Plan, print, then run every point not yet done (one at a time, or `parallel` at once), appending a row to
     results.jsonl after each. A point killed midway is resumed (--resume) the next time; a point whose run failed
     (non-zero exit: divergence, a bug) gets a row with status 'failed' and is not retried unless retry_failed."""
-    import signal
-    import threading
-    import time
     root = os.path.dirname(os.path.abspath(__file__))
-    out = sweep_dir(spec)
-    results = os.path.join(out, "results.jsonl")
-    record = spec.get("record") or ""  # one directory, or {arch: directory} for a sweep that serves several papers
+    results = os.path.join(sweep_dir(spec), "results.jsonl")
     planned = plan(spec, only)
     if not planned:
         raise SystemExit(f"no point of sweep {spec['name']} matches --only={only!r}; `--dry_run` lists the names")
@@ -302,89 +300,104 @@ def run_sweep(spec, dry_run=False, only="", retry_failed=False, limit=0, paralle
     todo = [q for q in planned if q["point"].name not in done][:limit or None]
     if dry_run or not todo:
         return planned
-    if record:
+    if spec.get("record"):
         check_rule(spec, planned, root)
-    os.makedirs(out, exist_ok=True)
-    revision = git_revision(root)
-    spec_file = spec.get("spec_file") and os.path.relpath(os.path.abspath(spec["spec_file"]), root)
-    spec_sha = file_sha256(spec["spec_file"]) if spec_file else None
-    runner = list(spec.get("runner", [sys.executable, "train.py"]))
-    slots = max(1, parallel or spec.get("parallel", 1))
-    devices = spec.get("devices")  # e.g. ["0", "1", ...]: CUDA_VISIBLE_DEVICES of each parallel slot
-    running = {}  # slot -> (planned, process, started, run_dir, command)
-    # Several at once: the longest runs first, so the slots finish together instead of one long run at the end
-    queue = sorted(todo, key=lambda q: -q["work"]) if slots > 1 else list(todo)
-    t_start, finished = time.time(), 0
+    os.makedirs(sweep_dir(spec), exist_ok=True)
+    SweepRuns(spec, todo, root, parallel).run()
+    return planned
 
-    def launch(slot, q):
-        p = q["point"]
-        run_dir = os.path.join(out, p.name)
+
+class SweepRuns:
+    """The runs of one sweep invocation: train.py processes in `slots` parallel slots, a row appended to
+    results.jsonl (and the record's committed copy) as each one ends."""
+
+    def __init__(self, spec, todo, root, parallel=0):
+        self.spec, self.todo, self.root = spec, todo, root
+        self.out = sweep_dir(spec)
+        self.results = os.path.join(self.out, "results.jsonl")
+        self.record = spec.get("record") or ""  # one directory, or {arch: directory} for a sweep serving several papers
+        self.revision = git_revision(root)
+        self.spec_file = spec.get("spec_file") and os.path.relpath(os.path.abspath(spec["spec_file"]), root)
+        self.spec_sha = file_sha256(spec["spec_file"]) if self.spec_file else None
+        self.slots = max(1, parallel or spec.get("parallel", 1))
+        self.t_start, self.finished = time.time(), 0
+
+    def launch(self, slot, q):
+        """Start point q's run in `slot`: (run_dir, process, command); process None when it already finished."""
+        spec, p = self.spec, q["point"]
+        run_dir = os.path.join(self.out, p.name)
         os.makedirs(run_dir, exist_ok=True)
         if os.path.exists(os.path.join(run_dir, "result.json")):  # finished, but the sweep died before its row
             return run_dir, None, ""
         args = [cli_arg(k, v) for k, v in {**spec.get("common", {}), **p.overrides}.items()]
-        cmd = runner + p.configs + args + [f"--out_dir={run_dir}"]
+        cmd = list(spec.get("runner", [sys.executable, "train.py"])) + p.configs + args + [f"--out_dir={run_dir}"]
         if p.flops_budget > 0:
             cmd.append(f"--flops_budget={p.flops_budget!r}")
         if os.path.exists(os.path.join(run_dir, "ckpt.pt")):
             cmd.append("--resume")
         env = dict(os.environ, **spec.get("env", {}))
+        devices = spec.get("devices")  # e.g. ["0", "1", ...]: CUDA_VISIBLE_DEVICES of each parallel slot
         if devices:
             env["CUDA_VISIBLE_DEVICES"] = devices[slot % len(devices)]
         log = open(os.path.join(run_dir, "train.log"), "a")
         print(f"[{p.name}] {' '.join(cmd)}", flush=True)
-        return run_dir, subprocess.Popen(cmd, cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT), " ".join(cmd)
+        proc = subprocess.Popen(cmd, cwd=self.root, env=env, stdout=log, stderr=subprocess.STDOUT)
+        return run_dir, proc, " ".join(cmd)
 
-    def finish(q, run_dir, rc, started, command):
-        nonlocal finished
+    def finish(self, q, run_dir, rc, started, command):
+        """Append point q's row (ok if its run wrote result.json, else failed) and print the progress."""
         if rc is not None and rc < 0:  # killed by a signal: an interruption, not a result
             raise SystemExit(f"[{q['point'].name}] was killed (signal {-rc}); run the same command to resume")
         status = "ok" if os.path.exists(os.path.join(run_dir, "result.json")) else "failed"
-        row = point_row(q, run_dir, status, rc, revision, command)
-        row.update(spec=spec_file, spec_sha256=spec_sha, flops_per_token_schwethelm=q["work"] / q["tokens"],
+        row = point_row(q, run_dir, status, rc, self.revision, command)
+        row.update(spec=self.spec_file, spec_sha256=self.spec_sha, flops_per_token_schwethelm=q["work"] / q["tokens"],
                    process_s=time.time() - started if rc is not None else None)  # train.py's start-up included
-        record_dir = record.get(row["arch"], "") if isinstance(record, dict) else record
-        with open(results, "a") as f:
+        record_dir = self.record.get(row["arch"], "") if isinstance(self.record, dict) else self.record
+        with open(self.results, "a") as f:
             exclusive(f)  # two sweeps of one spec (different --only) share both files: no row may be lost
             f.write(json.dumps(row) + "\n")
             f.flush()
             if record_dir:  # the committed copy, without the full config (git_rev and command reproduce it)
-                write_record(os.path.join(record_dir, spec["name"] + ".jsonl"), row)
-        finished += 1
-        left = len(todo) - finished
-        eta = (time.time() - t_start) / finished * left
-        print(f"[{q['point'].name}] {status}: val_loss {row.get('val_loss')} | {finished}/{len(todo)} done, "
+                write_record(os.path.join(record_dir, self.spec["name"] + ".jsonl"), row)
+        self.finished += 1
+        left = len(self.todo) - self.finished
+        eta = (time.time() - self.t_start) / self.finished * left
+        print(f"[{q['point'].name}] {status}: val_loss {row.get('val_loss')} | {self.finished}/{len(self.todo)} done, "
               f"{left} left, eta {_hms(eta)}", flush=True)
 
-    def stopped(signum, frame):  # a plain `kill` (SIGTERM) stops the runs too, as Ctrl-C does; no orphaned run
-        raise SystemExit(f"sweep stopped (signal {signum}); its runs were stopped too: run the same command to resume")
-
-    in_main_thread = threading.current_thread() is threading.main_thread()  # only it may set a signal handler
-    previous = signal.signal(signal.SIGTERM, stopped) if in_main_thread else None
-    try:
-        while queue or running:
-            for slot in range(slots):
-                if slot not in running and queue:
-                    q = queue.pop(0)
-                    run_dir, proc, command = launch(slot, q)
-                    if proc is None:
-                        finish(q, run_dir, None, time.time(), command)
-                    else:
-                        running[slot] = (q, proc, time.time(), run_dir, command)
-            for slot, (q, proc, started, run_dir, command) in list(running.items()):
-                if proc.poll() is not None:
-                    del running[slot]
-                    finish(q, run_dir, proc.returncode, started, command)
-            if running:
-                time.sleep(0.05 if slots == 1 else 1.0)
-    finally:
-        for q, proc, *_ in running.values():  # the sweep itself was stopped: stop its runs (they resume later)
-            proc.terminate()
-        for q, proc, *_ in running.values():
-            proc.wait()
-        if in_main_thread:
-            signal.signal(signal.SIGTERM, previous)
-    return planned
+    def run(self):
+        """Keep every slot busy until the queue is empty (several at once: the longest runs first, so the slots
+        finish together); a stopped sweep (Ctrl-C, SIGTERM) stops its runs, which resume the next time."""
+        def stopped(signum, frame):  # a plain `kill` (SIGTERM) stops the runs too, as Ctrl-C does: no orphaned run
+            raise SystemExit(f"sweep stopped (signal {signum}); its runs were stopped too: run the same command to "
+                             "resume")
+        queue = sorted(self.todo, key=lambda q: -q["work"]) if self.slots > 1 else list(self.todo)
+        running = {}  # slot -> (planned, process, started, run_dir, command)
+        in_main_thread = threading.current_thread() is threading.main_thread()  # only it may set a signal handler
+        previous = signal.signal(signal.SIGTERM, stopped) if in_main_thread else None
+        try:
+            while queue or running:
+                for slot in range(self.slots):
+                    if slot not in running and queue:
+                        q = queue.pop(0)
+                        run_dir, proc, command = self.launch(slot, q)
+                        if proc is None:
+                            self.finish(q, run_dir, None, time.time(), command)
+                        else:
+                            running[slot] = (q, proc, time.time(), run_dir, command)
+                for slot, (q, proc, started, run_dir, command) in list(running.items()):
+                    if proc.poll() is not None:
+                        del running[slot]
+                        self.finish(q, run_dir, proc.returncode, started, command)
+                if running:
+                    time.sleep(0.05 if self.slots == 1 else 1.0)
+        finally:
+            for q, proc, *_ in running.values():  # the sweep itself was stopped: stop its runs (they resume later)
+                proc.terminate()
+            for q, proc, *_ in running.values():
+                proc.wait()
+            if in_main_thread:
+                signal.signal(signal.SIGTERM, previous)
 
 
 SWEEP_KEYS = dict(
