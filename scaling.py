@@ -60,7 +60,6 @@ def compute_units(model, training=True, schedule=None):
     """The model as accounting units: embeddings, modules declared by module_executions(), blocks, every other
     child module, the head. The stored counts sum to the model's parameters (asserted). training=False: the runs of
     one inference forward pass (no extra passes of a training objective); schedule: the passes' step sizes."""
-    cfg = model.config
     seen = set()
 
     def new_params(module):  # parameters not yet counted: a tensor shared between modules is stored once
@@ -89,26 +88,8 @@ def compute_units(model, training=True, schedule=None):
         f, b = declared[name]
         n = new_params(modules[name])
         units.append(Unit(name, "other", n, n, f, b, 0))
-    declared_ids = set(seen)
 
-    # blocks: a module listed twice in `blocks` is one module that runs at both places
-    executions = model.block_executions(training, schedule)
-    if len(executions) != len(model.blocks):
-        raise ValueError(f"block_executions() has {len(executions)} entries for {len(model.blocks)} blocks")
-    runs = {}
-    for i, (block, (f, b)) in enumerate(zip(model.blocks, executions)):
-        name, fwd, bwd = runs.get(id(block), (f"blocks.{i}", 0, 0))
-        runs[id(block)] = (name, fwd + f, bwd + b)
-    for block in model.blocks:
-        if id(block) not in runs:
-            continue
-        name, fwd, bwd = runs.pop(id(block))
-        attn = getattr(block, "attn", None)
-        attn_width = attn.n_head * attn.head_dim if attn is not None else cfg.n_head * cfg.head_dim
-        decode_width = attn.n_head * getattr(attn, "decode_head_dim", attn.head_dim) if attn is not None else attn_width
-        active = sum(p.numel() for p in block.parameters() if id(p) not in declared_ids)
-        active += _ffn_active_adjustment(block)
-        units.append(Unit(name, "block", new_params(block), active, fwd, bwd, attn_width, decode_width))
+    units += block_units(model, model.block_executions(training, schedule), new_params, set(seen))
 
     head = model.lm_head
     for name, m in model.named_children():
@@ -124,6 +105,29 @@ def compute_units(model, training=True, schedule=None):
     units.append(Unit("lm_head", "head", new_params(head), head.weight.numel(), *head_runs, 0))
 
     assert sum(u.stored for u in units) == sum(p.numel() for p in model.parameters()), "accounting missed params"
+    return units
+
+
+def block_units(model, executions, new_params, declared_ids):
+    """One 'block' unit per module of model.blocks with its runs per token (a module listed twice in `blocks` is one
+    module that runs at both places); parameters in declared_ids are counted elsewhere (module_executions)."""
+    cfg = model.config
+    if len(executions) != len(model.blocks):
+        raise ValueError(f"block_executions() has {len(executions)} entries for {len(model.blocks)} blocks")
+    runs, units = {}, []
+    for i, (block, (f, b)) in enumerate(zip(model.blocks, executions)):
+        name, fwd, bwd = runs.get(id(block), (f"blocks.{i}", 0, 0))
+        runs[id(block)] = (name, fwd + f, bwd + b)
+    for block in model.blocks:
+        if id(block) not in runs:
+            continue
+        name, fwd, bwd = runs.pop(id(block))
+        attn = getattr(block, "attn", None)
+        attn_width = attn.n_head * attn.head_dim if attn is not None else cfg.n_head * cfg.head_dim
+        decode_width = attn.n_head * getattr(attn, "decode_head_dim", attn.head_dim) if attn is not None else attn_width
+        active = sum(p.numel() for p in block.parameters() if id(p) not in declared_ids)
+        active += _ffn_active_adjustment(block)
+        units.append(Unit(name, "block", new_params(block), active, fwd, bwd, attn_width, decode_width))
     return units
 
 
