@@ -927,85 +927,89 @@ def evaluate_perplexity(scorer, label, docs, progress=True):
 _HARNESS_CLASS = []
 
 
+class HarnessAdapter:
+    """The lm-evaluation-harness model on a checkpoint (harness_model_class mixes it into lm_eval's TemplateLM):
+    loglikelihood (one item's requests share their prefix's KV cache), loglikelihood_rolling and generate_until at
+    the depth of its Scorer. lm_eval's model_args: ckpt, loops, exit_tau,
+    criterion, exit_fill, device."""
+
+    def __init__(self, scorer=None, ckpt="", loops=0, exit_tau=-1.0, criterion="entropy",
+                 exit_fill="propagate", device="cpu", batch_size=256):
+        super().__init__()
+        if scorer is None:
+            model, state = load_model(ckpt, device)
+            setting = Setting("full", int(loops) or None)
+            if float(exit_tau) >= 0:
+                setting = Setting("exit", None, criterion, float(exit_tau), exit_fill)
+            scorer = Scorer(model, run_tokenizer(model, state), setting, int(batch_size))
+        self.scorer = scorer
+        self.group_keys = None
+
+    @property
+    def eot_token_id(self):
+        return self.scorer.tok.eot
+
+    @property
+    def max_length(self):
+        return self.scorer.T
+
+    def tok_encode(self, string, add_special_tokens=None, **kwargs):
+        return list(self.scorer.tok.encode(string))
+
+    def tok_decode(self, tokens, **kwargs):
+        return self.scorer.tok.decode(tokens)
+
+    def loglikelihood(self, requests, disable_tqdm=False):
+        self.group_keys = [(r.task_name, r.doc_id) for r in requests]  # one item's requests: one group
+        try:
+            return super().loglikelihood(requests, disable_tqdm=True)
+        finally:
+            self.group_keys = None
+
+    def _loglikelihood_tokens(self, requests, disable_tqdm=False, **kwargs):
+        keys = self.group_keys or [tuple(ctx) for _, ctx, _ in requests]
+        groups = {}
+        for i, key in enumerate(keys):
+            groups.setdefault(key, []).append(i)
+        res = self.scorer.score([[(requests[i][1], requests[i][2]) for i in idx] for idx in groups.values()])
+        out = [None] * len(requests)
+        for idx, r in zip(groups.values(), res):
+            for i, (s, greedy, _) in zip(idx, r):
+                out[i] = (s, greedy)
+        return out
+
+    def loglikelihood_rolling(self, requests, disable_tqdm=False):
+        windows = [rolling_windows(self.tok_encode(r.args[0]), self.eot_token_id, self.max_length)
+                   for r in requests]
+        res = self.scorer.score([[w] for doc in windows for w in doc])
+        out, j = [], 0
+        for doc in windows:
+            out.append(sum(r[0][0] for r in res[j:j + len(doc)]))
+            j += len(doc)
+        return out
+
+    def generate_until(self, requests, disable_tqdm=False):
+        out = []
+        for r in requests:
+            context, kwargs = r.args
+            until = kwargs.get("until") or []
+            until = [until] if isinstance(until, str) else list(until)
+            out.append(self.scorer.generate(self.tok_encode(context), int(kwargs.get("max_gen_toks", 256)),
+                                            until))
+        return out
+
+
 def harness_model_class():
-    """The lm-evaluation-harness model class of our checkpoints, registered as "looped_gpt" (lm_eval is imported
-    here only: it takes seconds)."""
+    """The lm-evaluation-harness model class of our checkpoints, registered as "looped_gpt": HarnessAdapter on
+    lm_eval's TemplateLM (lm_eval is imported here only: it takes seconds)."""
     if _HARNESS_CLASS:
         return _HARNESS_CLASS[0]
     from lm_eval.api.model import TemplateLM
     from lm_eval.api.registry import register_model
 
     @register_model("looped_gpt")
-    class LoopedLM(TemplateLM):
-        """loglikelihood (one item's requests share their prefix's KV cache), loglikelihood_rolling and
-        generate_until on a checkpoint, at the depth of its Scorer. lm_eval's model_args: ckpt, loops, exit_tau,
-        criterion, exit_fill, device."""
-
-        def __init__(self, scorer=None, ckpt="", loops=0, exit_tau=-1.0, criterion="entropy",
-                     exit_fill="propagate", device="cpu", batch_size=256):
-            super().__init__()
-            if scorer is None:
-                model, state = load_model(ckpt, device)
-                setting = Setting("full", int(loops) or None)
-                if float(exit_tau) >= 0:
-                    setting = Setting("exit", None, criterion, float(exit_tau), exit_fill)
-                scorer = Scorer(model, run_tokenizer(model, state), setting, int(batch_size))
-            self.scorer = scorer
-            self.group_keys = None
-
-        @property
-        def eot_token_id(self):
-            return self.scorer.tok.eot
-
-        @property
-        def max_length(self):
-            return self.scorer.T
-
-        def tok_encode(self, string, add_special_tokens=None, **kwargs):
-            return list(self.scorer.tok.encode(string))
-
-        def tok_decode(self, tokens, **kwargs):
-            return self.scorer.tok.decode(tokens)
-
-        def loglikelihood(self, requests, disable_tqdm=False):
-            self.group_keys = [(r.task_name, r.doc_id) for r in requests]  # one item's requests: one group
-            try:
-                return super().loglikelihood(requests, disable_tqdm=True)
-            finally:
-                self.group_keys = None
-
-        def _loglikelihood_tokens(self, requests, disable_tqdm=False, **kwargs):
-            keys = self.group_keys or [tuple(ctx) for _, ctx, _ in requests]
-            groups = {}
-            for i, key in enumerate(keys):
-                groups.setdefault(key, []).append(i)
-            res = self.scorer.score([[(requests[i][1], requests[i][2]) for i in idx] for idx in groups.values()])
-            out = [None] * len(requests)
-            for idx, r in zip(groups.values(), res):
-                for i, (s, greedy, _) in zip(idx, r):
-                    out[i] = (s, greedy)
-            return out
-
-        def loglikelihood_rolling(self, requests, disable_tqdm=False):
-            windows = [rolling_windows(self.tok_encode(r.args[0]), self.eot_token_id, self.max_length)
-                       for r in requests]
-            res = self.scorer.score([[w] for doc in windows for w in doc])
-            out, j = [], 0
-            for doc in windows:
-                out.append(sum(r[0][0] for r in res[j:j + len(doc)]))
-                j += len(doc)
-            return out
-
-        def generate_until(self, requests, disable_tqdm=False):
-            out = []
-            for r in requests:
-                context, kwargs = r.args
-                until = kwargs.get("until") or []
-                until = [until] if isinstance(until, str) else list(until)
-                out.append(self.scorer.generate(self.tok_encode(context), int(kwargs.get("max_gen_toks", 256)),
-                                                until))
-            return out
-
+    class LoopedLM(HarnessAdapter, TemplateLM):
+        pass
     _HARNESS_CLASS.append(LoopedLM)
     return LoopedLM
 
