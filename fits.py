@@ -919,6 +919,45 @@ def probe_differences(path, reference):
     return {m: {k: v - ref[k] for k, v in measures(m).items()} for m in results if m != reference}
 
 
+def exit_perplexities(path, saved=("0.05", "0.10", "0.20", "0.30")):
+    """{model: {saving: perplexity}} at one seed from the JSON of `early_exit.py` (entropy exits): the absolute
+    perplexity at each fraction of the depth saved, Lee et al.'s measure (arXiv:2605.09165, Table 7: "FLOPs saved"
+    counts the unused depth), and 'full' at full depth."""
+    with open(path) as f:
+        results = json.load(f)["results"]
+    return {m: {"full": r["full_ppl"], **{s: r["criteria"]["entropy"]["table_saved_depth"][s] for s in saved}}
+            for m, r in results.items()}
+
+
+def exit_comparisons(paths, pairs):
+    """Lee et al.'s early-exit findings on their own measure, one JSON per seed: for each pair "A<B" (the paper
+    says A reaches the lower perplexity) and each saving, the per-seed difference ln ppl_A - ln ppl_B (nats per
+    token; negative: as the paper says), t-tested with Holm over the whole family (full depth is reported, not
+    tested: the claim is about the savings). A saving a model cannot reach
+    at some seed (None) leaves that comparison out."""
+    seeds = [exit_perplexities(p) for p in paths]
+    per_seed = {}
+    for pair in pairs:
+        a, b = pair.split("<")
+        for s in (s for s in seeds[0][a] if s != "full"):  # full depth: context, not the claim
+            d = [math.log(x[a][s]) - math.log(x[b][s]) for x in seeds if x[a][s] and x[b][s]]
+            if len(d) == len(seeds):
+                per_seed[f"{a}<{b}@{s}"] = d
+    family = _family(per_seed)
+    for name, r in family.items():
+        r["verdict"] = ("reproduced" if r["holm_p"] < 0.05 and r["mean"] < 0 else
+                        "opposite" if r["holm_p"] < 0.05 else "inconclusive")
+    return dict(perplexity=dict(zip(paths, seeds)), comparisons=family)
+
+
+def provenance(inputs, command):
+    """What a committed result JSON names so that it regenerates: the command, the code's commit and each input
+    file's sha256 (records/README.md)."""
+    from sweep import file_sha256, git_revision
+    return dict(command=" ".join(command), code=git_revision(os.path.dirname(os.path.abspath(__file__))),
+                inputs={p: file_sha256(p) for p in inputs})
+
+
 def _family(per_seed, margin=None):
     """The tests of one finding's comparisons, each a list of per-seed differences: the t-test (and TOST with a
     margin) of each, Holm over the family."""
@@ -934,11 +973,25 @@ def main_test(argv):
     per-seed differences (or the p-values of one family) given; --looks=K for a sequential design's threshold.
     python fits.py elastic LOOPFORMER.json PLAIN.json [...one pair per seed] [--margin=M] | probes EVAL.json ...
     --reference=MODEL: the per-seed numbers of Jeddi et al.'s Table 1 or Chen et al.'s probes from the records'
-    JSONs, and the tests of their family (TOST within the margin for "matches the model trained at M")."""
-    if not argv or argv[0] not in ("ttest", "tost", "holm", "elastic", "probes"):
+    JSONs, and the tests of their family (TOST within the margin for "matches the model trained at M").
+    python fits.py exits EE.json ... --pairs=A<B,... [--out=F.json]: Lee et al.'s early-exit comparisons on absolute
+    perplexity at equal depth saved (exit_comparisons), one early_exit.py JSON per seed."""
+    if not argv or argv[0] not in ("ttest", "tost", "holm", "elastic", "probes", "exits"):
         raise SystemExit("usage: python fits.py ttest|tost|holm VALUE ... [--margin=M] [--looks=K] | "
-                         "elastic LF.json PLAIN.json ... | probes EVAL.json ... --reference=MODEL")
+                         "elastic LF.json PLAIN.json ... | probes EVAL.json ... --reference=MODEL | "
+                         "exits EE.json ... --pairs=A<B,...")
     opts = dict(a[2:].split("=", 1) for a in argv[1:] if a.startswith("--"))
+    if argv[0] == "exits":
+        paths = [a for a in argv[1:] if not a.startswith("--")]
+        out = exit_comparisons(paths, opts.get("pairs", "Looped<Base,Looped<MoE").split(","))
+        out["provenance"] = provenance(paths, ["python", "fits.py"] + list(argv))
+        if opts.get("out"):
+            with open(opts["out"], "w") as f:
+                json.dump(out, f, indent=1, default=float)
+        for name, r in out["comparisons"].items():
+            print(f"{name:28s} per seed {' '.join(f'{d:+.3f}' for d in r['per_seed'])}  mean {r['mean']:+.3f} nats, "
+                  f"p {r['p']:.3f}, Holm {r['holm_p']:.3f}: {r['verdict']}")
+        return out
     if argv[0] in ("elastic", "probes"):
         paths = [a for a in argv[1:] if not a.startswith("--")]
         if argv[0] == "elastic":
@@ -1343,8 +1396,8 @@ def power_delta_phi(rows, spec_path, cfg):
     """`power --designs=...`: simulate_delta_phi on the probes a spec plans, against the reference's runs in rows at
     the probes' budgets."""
     if cfg["seeds"] != 1:  # the probes' seeds are the spec's own points (names ending _s7, ...), not copies
-        raise SystemExit("--seeds sets the seeds of a grid's phi power; with --designs the spec's points are the seeds: "
-                         "select them with --only (e.g. --only='_d\\d+(_s7)?$' for seeds 1337 and 7)")
+        raise SystemExit("--seeds sets the seeds of a grid's phi power; with --designs the spec's points are the "
+                         "seeds: select them with --only (e.g. --only='_d\\d+(_s7)?$' for seeds 1337 and 7)")
     planned = plan(load_spec(spec_path), cfg["only"])
     budgets = {q["point"].flops_budget for q in planned}
     reference = [r for r in design_rows(rows, cfg["reference"], cfg["reference"])

@@ -754,3 +754,33 @@ def test_elastic_and_probe_readers_give_the_records_differences(tmp_path):
                                           "loop": model(3.5, (8.0, 8.0), 2.0)}}))
     diff = fits.probe_differences(ev, "vanilla")["loop"]
     assert diff == pytest.approx(dict(induction_head=-0.5, varassign=-2.0, text=0.1))
+
+
+def test_exit_comparisons_find_a_planted_ordering_and_name_their_inputs(tmp_path, capsys):
+    """fits.py exits: A planted 10% below B at every saving in every seed is reproduced (and B < A is the opposite);
+    a planted coin-flip sign is inconclusive; a saving one model cannot reach in a seed leaves that comparison out;
+    the JSON written names the command, the code and each input's sha256."""
+    rng = np.random.default_rng(0)
+    paths = []
+    for seed in range(4):
+        base = {s: 5.0 * (1 + float(s)) for s in ("0.05", "0.10", "0.20", "0.30")}
+        models = {"A": {s: v * 0.9 * (1 + 0.002 * rng.standard_normal()) for s, v in base.items()}, "B": base,
+                  "C": {s: v * (1.1 if seed % 2 else 0.9) for s, v in base.items()}}
+        models["C"]["0.30"] = None if seed == 3 else models["C"]["0.30"]  # C cannot reach 30% in one seed
+        results = {m: {"full_ppl": 5.0, "criteria": {"entropy": {"table_saved_depth": t}}} for m, t in models.items()}
+        paths.append(str(tmp_path / f"ee_s{seed}.json"))
+        json.dump({"results": results}, open(paths[-1], "w"))
+    out = str(tmp_path / "out.json")
+    fits.main_test(["exits", *paths, "--pairs=A<B,B<A,C<B", f"--out={out}"])
+    comparisons = json.load(open(out))["comparisons"]
+    assert {k for k, r in comparisons.items() if r["verdict"] == "reproduced"} == {f"A<B@{s}" for s in
+                                                                                   ("0.05", "0.10", "0.20", "0.30")}
+    assert {k for k, r in comparisons.items() if r["verdict"] == "opposite"} == {f"B<A@{s}" for s in
+                                                                                 ("0.05", "0.10", "0.20", "0.30")}
+    assert "C<B@0.30" not in comparisons and comparisons["C<B@0.10"]["verdict"] == "inconclusive"
+    assert comparisons["A<B@0.10"]["mean"] == pytest.approx(math.log(0.9), abs=0.01)
+    assert len(comparisons) == 11 and all(r["holm_p"] >= r["p"] for r in comparisons.values())
+    prov = json.load(open(out))["provenance"]
+    assert prov["command"].startswith("python fits.py exits ") and prov["code"]
+    assert prov["inputs"] == {p: sweep.file_sha256(p) for p in paths}
+    assert "A<B@0.30" in capsys.readouterr().out
