@@ -839,6 +839,9 @@ def paired_t_test(a, b=None):
     if n < 2:
         raise ValueError("a t-test needs two seeds or more (one seed: inconclusive, records/README.md)")
     mean, se = float(d.mean()), float(d.std(ddof=1) / math.sqrt(n))
+    if se == 0:  # every seed the same difference: t is infinite (p = 0), or 0/0 when that difference is 0 (p = 1)
+        return dict(n=n, mean=mean, se=se, t=math.copysign(math.inf, mean) if mean else 0.0, df=n - 1,
+                    p=0.0 if mean else 1.0)
     t = mean / se
     return dict(n=n, mean=mean, se=se, t=t, df=n - 1, p=float(2 * scipy.stats.t.sf(abs(t), n - 1)))
 
@@ -950,6 +953,26 @@ def exit_comparisons(paths, pairs):
     return dict(perplexity=dict(zip(paths, seeds)), comparisons=family)
 
 
+def representation_evolution(path, model, reference):
+    """Jeddi et al.'s representation finding at one seed (arXiv:2602.11451, §4.3, Fig. 3-4: the early-exit loops
+    "remain flat ... and high CKA", LoopFormer "evolves"), from the JSON of `analyze.py representation`: how far each
+    of the four metrics moves across the loop steps, the model's minus the reference's. CKA: 1 - CKA(first step, last
+    step); anisotropy, curvature and prompt entropy: their range (max - min) over the steps. Positive: the model's
+    representation moves more, as the paper says of LoopFormer. Models are found by the prefix of their name."""
+    with open(path) as f:
+        result = json.load(f)["result"]
+    def pick(prefix):
+        names = [n for n in result if n.startswith(prefix)]
+        if len(names) != 1:
+            raise SystemExit(f"{path}: {len(names)} models named {prefix}*, need one (have {sorted(result)})")
+        return result[names[0]]
+    def moves(r):
+        return dict(cka=1 - r["cka"][0][-1], **{k: max(r[k]) - min(r[k]) for k in ("anisotropy", "curvature",
+                                                                                   "prompt_entropy")})
+    a, b = moves(pick(model)), moves(pick(reference))
+    return {k: a[k] - b[k] for k in a}
+
+
 def provenance(inputs, command):
     """What a committed result JSON names so that it regenerates: the command, the code's commit and each input
     file's sha256 (records/README.md)."""
@@ -975,11 +998,12 @@ def main_test(argv):
     --reference=MODEL: the per-seed numbers of Jeddi et al.'s Table 1 or Chen et al.'s probes from the records'
     JSONs, and the tests of their family (TOST within the margin for "matches the model trained at M").
     python fits.py exits EE.json ... --pairs=A<B,... [--out=F.json]: Lee et al.'s early-exit comparisons on absolute
-    perplexity at equal depth saved (exit_comparisons), one early_exit.py JSON per seed."""
-    if not argv or argv[0] not in ("ttest", "tost", "holm", "elastic", "probes", "exits"):
+    perplexity at equal depth saved (exit_comparisons), one early_exit.py JSON per seed. python fits.py
+    representation R.json ... --model=A --reference=B: Jeddi et al.'s four metrics (representation_evolution)."""
+    if not argv or argv[0] not in ("ttest", "tost", "holm", "elastic", "probes", "exits", "representation"):
         raise SystemExit("usage: python fits.py ttest|tost|holm VALUE ... [--margin=M] [--looks=K] | "
                          "elastic LF.json PLAIN.json ... | probes EVAL.json ... --reference=MODEL | "
-                         "exits EE.json ... --pairs=A<B,...")
+                         "exits EE.json ... --pairs=A<B,... | representation R.json ... --model=A --reference=B")
     opts = dict(a[2:].split("=", 1) for a in argv[1:] if a.startswith("--"))
     if argv[0] == "exits":
         paths = [a for a in argv[1:] if not a.startswith("--")]
@@ -992,7 +1016,7 @@ def main_test(argv):
             print(f"{name:28s} per seed {' '.join(f'{d:+.3f}' for d in r['per_seed'])}  mean {r['mean']:+.3f} nats, "
                   f"p {r['p']:.3f}, Holm {r['holm_p']:.3f}: {r['verdict']}")
         return out
-    if argv[0] in ("elastic", "probes"):
+    if argv[0] in ("elastic", "probes", "representation"):
         paths = [a for a in argv[1:] if not a.startswith("--")]
         if argv[0] == "elastic":
             seeds = [elastic_gaps(a, b) for a, b in zip(paths[::2], paths[1::2])]
@@ -1003,6 +1027,10 @@ def main_test(argv):
             if "margin" in opts:
                 out["matches_trained_at_M"] = _family({M: [s[M]["vs_trained_at_M"] for s in seeds]
                                                        for M in Ms[:-1]}, float(opts["margin"]))
+        elif argv[0] == "representation":
+            seeds = [representation_evolution(p, opts.get("model", "loopformer"), opts.get("reference", "ee_loop"))
+                     for p in paths]
+            out = _family({k: [s[k] for s in seeds] for k in seeds[0]})
         else:
             seeds = [probe_differences(p, opts.get("reference", "vanilla")) for p in paths]
             out = _family({f"{m}/{k}": [s[m][k] for s in seeds] for m in seeds[0] for k in seeds[0][m]})

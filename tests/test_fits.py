@@ -784,3 +784,26 @@ def test_exit_comparisons_find_a_planted_ordering_and_name_their_inputs(tmp_path
     assert prov["command"].startswith("python fits.py exits ") and prov["code"]
     assert prov["inputs"] == {p: sweep.file_sha256(p) for p in paths}
     assert "A<B@0.30" in capsys.readouterr().out
+
+
+def test_representation_evolution_reads_a_planted_moving_and_a_flat_model(tmp_path):
+    """fits.py representation: a model whose four metrics move across its steps against a flat reference gives the
+    planted differences (1 - CKA first/last, ranges), positive; the family's t-tests see them in every seed."""
+    paths = []
+    for seed, shift in enumerate((0.0, 0.01, -0.01)):
+        steps = np.linspace(0, 1, 4)
+        moving = dict(cka=(1 - 0.5 * np.abs(steps[:, None] - steps[None, :])).tolist(),
+                      anisotropy=(0.5 - 0.3 * steps + shift).tolist(), curvature=(2.0 + 0.1 * steps).tolist(),
+                      prompt_entropy=(0.4 + 0.2 * steps + shift).tolist())
+        flat = dict(cka=(1 - 0.05 * np.abs(steps[:, None] - steps[None, :]) + shift).tolist(),
+                    anisotropy=[0.3] * 4, curvature=[2.0] * 4, prompt_entropy=[0.5, 0.51, 0.5, 0.5])
+        paths.append(str(tmp_path / f"r{seed}.json"))
+        json.dump({"result": {f"loopformer_3200_s{seed}": moving, f"ee_loop_3200_s{seed}": flat}}, open(paths[-1], "w"))
+    gaps = fits.representation_evolution(paths[0], "loopformer", "ee_loop")
+    assert gaps == pytest.approx(dict(cka=0.5 - 0.05, anisotropy=0.3, curvature=0.1, prompt_entropy=0.2 - 0.01))
+    out = fits.main_test(["representation", *paths, "--model=loopformer", "--reference=ee_loop"])
+    assert all(r["mean"] > 0 and len(r["per_seed"]) == 3 for r in out.values())
+    assert out["curvature"]["p"] == 0.0  # the same planted difference in every seed: se 0, t infinite
+    assert fits.paired_t_test([0.0, 0.0])["p"] == 1.0
+    with pytest.raises(SystemExit, match="0 models named plain"):
+        fits.representation_evolution(paths[0], "plain", "ee_loop")
