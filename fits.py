@@ -999,7 +999,8 @@ def main_test(argv):
     JSONs, and the tests of their family (TOST within the margin for "matches the model trained at M").
     python fits.py exits EE.json ... --pairs=A<B,... [--out=F.json]: Lee et al.'s early-exit comparisons on absolute
     perplexity at equal depth saved (exit_comparisons), one early_exit.py JSON per seed. python fits.py
-    representation R.json ... --model=A --reference=B: Jeddi et al.'s four metrics (representation_evolution)."""
+    representation R.json ... --model=A --reference=B: Jeddi et al.'s four metrics (representation_evolution).
+    --out=F.json: elastic, probes, representation and exits also write their result with its provenance."""
     if not argv or argv[0] not in ("ttest", "tost", "holm", "elastic", "probes", "exits", "representation"):
         raise SystemExit("usage: python fits.py ttest|tost|holm VALUE ... [--margin=M] [--looks=K] | "
                          "elastic LF.json PLAIN.json ... | probes EVAL.json ... --reference=MODEL | "
@@ -1034,6 +1035,10 @@ def main_test(argv):
         else:
             seeds = [probe_differences(p, opts.get("reference", "vanilla")) for p in paths]
             out = _family({f"{m}/{k}": [s[m][k] for s in seeds] for m in seeds[0] for k in seeds[0][m]})
+        if opts.get("out"):  # a committed result names what regenerates it
+            with open(opts["out"], "w") as f:
+                json.dump(dict(out, provenance=provenance(paths, ["python", "fits.py"] + list(argv))), f, indent=1,
+                          default=float)
         print(json.dumps(out, indent=1, default=float))
         return out
     values = [float(a) for a in argv[1:] if not a.startswith("--")]
