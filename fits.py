@@ -40,30 +40,15 @@ BOX = np.array([[-5, 35], [0, 2.5], [-5, 35], [0, 2.5], [-3, 2], [-3, 3]], dtype
 HUBER_DELTA = 1e-3
 
 
-_BLAS_QUIET = False
+_BLAS_LIMIT = []  # threadpoolctl's limit, kept for the life of the process
 
 
 def one_blas_thread():
-    """Give OpenBLAS (numpy's and scipy's) one thread. The fits make many tiny LAPACK calls (L-BFGS-B, polyfit),
-    and waking BLAS threads for each made them 30x slower on a busy machine. threadpoolctl does this in general;
-    this is its OpenBLAS-on-Linux part, and a no-op elsewhere."""
-    global _BLAS_QUIET
-    if _BLAS_QUIET:
-        return
-    _BLAS_QUIET = True
-    import ctypes
-    try:
-        with open("/proc/self/maps") as f:
-            paths = {line.split()[-1] for line in f if "openblas" in line.lower() and ".so" in line}
-        for path in paths:
-            lib = ctypes.CDLL(path)
-            for name in ("scipy_openblas_set_num_threads", "scipy_openblas_set_num_threads64_",
-                         "openblas_set_num_threads"):
-                if hasattr(lib, name):
-                    getattr(lib, name)(1)
-                    break
-    except OSError:
-        pass
+    """Give BLAS (OpenBLAS or MKL, numpy's and scipy's) one thread: the fits make many tiny LAPACK calls (L-BFGS-B,
+    polyfit), and waking BLAS threads for each made them many times slower on a busy machine (threadpoolctl)."""
+    if not _BLAS_LIMIT:
+        from threadpoolctl import threadpool_limits
+        _BLAS_LIMIT.append(threadpool_limits(limits=1, user_api="blas"))
 
 
 def law_data(N_once, N_rec, r, D, L):
@@ -313,18 +298,12 @@ def _watch_parent(parent):
 
 
 def _progress(chunks, total, label):
-    """Pass chunks of results through, keeping a status line with the count, rate and ETA on stderr: rewritten in
-    place on a terminal, a new line every tenth of the way in a log."""
-    import time
-    start, done, tty = time.time(), 0, sys.stderr.isatty()
-    for chunk in chunks:
-        before, done = done, done + len(chunk)
-        if tty or done * 10 // total > before * 10 // total:
-            spent = time.time() - start
-            print(f"{label}: {done}/{total} in {spent:.0f}s, {done / max(spent, 1e-9):.1f}/s, "
-                  f"eta {spent / done * (total - done):.0f}s", end="\r" if tty and done < total else "\n",
-                  file=sys.stderr, flush=True)
-        yield chunk
+    """Pass chunks of results through, with a tqdm progress line (count, rate, ETA) on stderr."""
+    from tqdm import tqdm
+    with tqdm(total=total, desc=label, file=sys.stderr, mininterval=1.0) as bar:
+        for chunk in chunks:
+            bar.update(len(chunk))
+            yield chunk
 
 
 def interval(values, level=0.95):

@@ -807,3 +807,14 @@ def test_representation_evolution_reads_a_planted_moving_and_a_flat_model(tmp_pa
     assert fits.paired_t_test([0.0, 0.0])["p"] == 1.0
     with pytest.raises(SystemExit, match="0 models named plain"):
         fits.representation_evolution(paths[0], "plain", "ee_loop")
+
+
+def test_the_fits_run_blas_on_one_thread_and_report_progress_with_tqdm(capsys):
+    """one_blas_thread (threadpoolctl) limits every BLAS numpy and scipy loaded to one thread; the bootstrap's progress
+    line passes every chunk through and counts them."""
+    from threadpoolctl import threadpool_info
+    fits.one_blas_thread()
+    blas = [i for i in threadpool_info() if i["user_api"] == "blas"]
+    assert blas and all(i["num_threads"] == 1 for i in blas)
+    assert list(fits._progress(iter([[1, 2], [3]]), 3, "refits")) == [[1, 2], [3]]
+    assert "refits: 100%" in capsys.readouterr().err
