@@ -23,6 +23,8 @@ def pick_device(name):
     machine does not have is one line (ConfigError)."""
     if name == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
+    if not re.fullmatch(r"cpu|cuda(:\d+)?", name):
+        raise ConfigError(f"config error: --device={name!r} is not one of auto | cpu | cuda | cuda:N")
     if name.startswith("cuda"):
         index = int(name.split(":")[1]) if ":" in name else 0
         if index >= torch.cuda.device_count():

@@ -9,6 +9,7 @@ from configurator import ConfigError, configure, run
 from data import get_tokenizer
 from checkpoint import load_model
 from distributed import pick_device
+from early_exit import FILLS, decode_criteria
 
 ckpt = "out/default"  # run directory (or path to a ckpt.pt) written by train.py
 prompt = "\n"  # text to continue; "FILE:path" reads it from a file
@@ -27,8 +28,11 @@ exit_every_layer = False  # early exit: looped models may stop after any loop la
 
 def main(argv=None):
     defaults = {k: v for k, v in globals().items() if not k.startswith("_")}
-    cfg, _ = configure(defaults, None, argv, doc_source=__file__)
-    for key, least in (("temperature", 0), ("top_k", 0), ("num_samples", 1), ("max_new_tokens", 1)):
+    cfg, _ = configure(defaults, None, argv, doc_source=__file__,
+                       choices=dict(dtype=("float32", "bfloat16"), exit_criterion=("none",) + decode_criteria(),
+                                    exit_fill=FILLS))
+    for key, least in (("temperature", 0), ("top_k", 0), ("num_samples", 1), ("max_new_tokens", 1), ("seed", 0),
+                       ("exit_tau", 0)):
         if cfg[key] < least:
             raise ConfigError(f"config error: --{key}={cfg[key]} must be >= {least}")
     cfg["device"] = pick_device(cfg["device"])
