@@ -656,10 +656,22 @@ def compositions(L, M):
     return out
 
 
+def schedule_steps(text):
+    """'4,2,1,1' -> (4, 2, 1, 1): positive integers, or one line saying what a schedule is."""
+    try:
+        steps = tuple(int(s) for s in text.replace(" ", "").split(",") if s)
+    except ValueError:
+        steps = ()
+    if not steps or any(s <= 0 for s in steps):
+        raise ConfigError(f"config error: --schedule={text!r} must be positive integers, comma-separated (steps in "
+                          "units of 1/n_loop), e.g. 4,2,1,1")
+    return steps
+
+
 def parse_schedule(text, L):
     """'4,2,1,1' (units of 1/L) -> (4, 2, 1, 1), checked to sum to L."""
-    steps = tuple(int(s) for s in text.replace(" ", "").split(",") if s)
-    if not steps or any(s <= 0 for s in steps) or sum(steps) != L:
+    steps = schedule_steps(text)
+    if sum(steps) != L:
         raise ConfigError(f"--schedule={text!r} must be positive integers (units of 1/{L}) summing to "
                           f"n_loop={L}")
     return steps
@@ -766,10 +778,11 @@ repeats = 3  # bench: timed runs per setting (the median counts)
 def load_runs(cfg):
     paths = [p for p in cfg["ckpt"].split(",") if p]
     if not paths:
-        raise SystemExit("early_exit.py: give --ckpt=RUN_DIR (several: --ckpt=A,B,C)")
+        raise ConfigError("config error: give --ckpt=RUN_DIR (several: --ckpt=A,B,C)")
     names = [n for n in cfg["names"].split(",") if n] or [os.path.basename(os.path.normpath(p)) for p in paths]
     if len(names) != len(paths):
-        raise SystemExit(f"--names has {len(names)} entries for {len(paths)} checkpoints")
+        raise ConfigError(f"config error: --names has {len(names)} entries for {len(paths)} checkpoints: give one "
+                          "name per checkpoint (or none)")
     runs = []
     for name, path in zip(names, paths):
         model, state = load_model(path, cfg["device"])
@@ -783,13 +796,21 @@ def validation(cfg, runs):
     data_dir = cfg["data_dir"] or tc.get("data_dir") or default_data_dir(tc.get("data_source", "offline"),
                                                                          tc.get("tokenizer", "gpt2"), hf_of(tc))
     if not os.path.exists(os.path.join(data_dir, "meta.json")):
-        raise SystemExit(f"no prepared data in {data_dir}: run `python data.py` or pass --data_dir")
+        raise ConfigError(f"no prepared data in {data_dir}: run `python data.py` or pass --data_dir")
     data = TokenData(data_dir)
     for name, _, model, _ in runs:
         if model.config.vocab_size != data.vocab_size:
-            raise SystemExit(f"{name} has vocab_size {model.config.vocab_size}, {data_dir} {data.vocab_size}: "
-                             "every checkpoint must use the data's tokenizer")
+            raise ConfigError(f"{name} has vocab_size {model.config.vocab_size}, {data_dir} {data.vocab_size}: "
+                              "every checkpoint must use the data's tokenizer")
     T = cfg["block_size"] or min(m.config.block_size for _, _, m, _ in runs)
+    for name, _, model, _ in runs:
+        if T > model.config.block_size:
+            raise ConfigError(f"config error: --block_size={T} is longer than {name}'s context "
+                              f"(block_size={model.config.block_size}): lower it (0 = the models' own)")
+    if len(data.splits["val"]) <= T or cfg["eval_tokens"] < T:
+        raise ConfigError(f"config error: no validation window of {T} tokens: {data_dir} holds "
+                          f"{len(data.splits['val']):,} val tokens and --eval_tokens={cfg['eval_tokens']}; raise "
+                          "--eval_tokens or lower --block_size")
     return data, T
 
 
@@ -797,7 +818,7 @@ def autocast(cfg):
     if cfg["dtype"] == "bfloat16":
         return torch.autocast(cfg["device"].split(":")[0], dtype=torch.bfloat16)
     if cfg["dtype"] != "float32":
-        raise SystemExit(f"dtype must be float32 or bfloat16, got {cfg['dtype']!r}")
+        raise ConfigError(f"config error: --dtype={cfg['dtype']!r} is not one of float32 | bfloat16")
     return nullcontext()
 
 
@@ -887,7 +908,11 @@ def write_json(path, obj):
 def output_prefix(cfg, runs, name):
     """out_dir/name (out_dir made if missing; default: the first run's directory)."""
     first = runs[0][1] if os.path.isdir(runs[0][1]) else os.path.dirname(runs[0][1])
-    os.makedirs(cfg["out_dir"] or first, exist_ok=True)
+    try:
+        os.makedirs(cfg["out_dir"] or first, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"config error: cannot write to {cfg['out_dir'] or first!r} ({e.strerror}): choose "
+                          "another --out_dir") from None
     return os.path.join(cfg["out_dir"] or first, name)
 
 
@@ -895,17 +920,14 @@ def main(argv=None):
     from configurator import configure
     # the command-line keys are the lower-case simple globals above (constants are upper case)
     defaults = {k: v for k, v in globals().items() if k.islower() and not k.startswith("_")}
-    cfg, _ = configure(defaults, None, argv, doc_source=__file__)
+    cfg, _ = configure(defaults, None, argv, doc_source=__file__,
+                       choices=dict(mode=("exit", "elastic", "bench"), fill=FILLS, dtype=("float32", "bfloat16")))
+    crits = check_settings(cfg)
     cfg["device"] = pick_device(cfg["device"])
-    if cfg["mode"] not in ("exit", "elastic", "bench"):
-        raise SystemExit(f"--mode must be exit | elastic | bench, got {cfg['mode']!r}")
-    crits = [c for c in cfg["criteria"].split(",") if c]
-    for c in crits:
-        if c not in CRITERIA:
-            raise SystemExit(f"unknown criterion {c!r}: use a comma-separated list of {', '.join(CRITERIA)}")
     torch.manual_seed(1337)
     runs = load_runs(cfg)
     data, T = validation(cfg, runs)
+    check_models(cfg, runs, T)
     prefix = output_prefix(cfg, runs, f"early_exit_{cfg['mode']}")
     batches = list(data.val_batches(cfg["batch_size"], T, cfg["eval_tokens"]))
     results = {}
@@ -914,12 +936,8 @@ def main(argv=None):
             print(f"{name}: {path}", file=sys.stderr)
             if cfg["mode"] == "exit":
                 results[name] = evaluate_exits(model, batches, crits, cfg["every_layer"], cfg["n_tau"])
-            elif cfg["mode"] == "elastic":
-                L = model.config.n_loop
-                if not 0 <= cfg["budget"] <= L:
-                    raise ConfigError(f"early_exit.py: --budget={cfg['budget']}: {name} has n_loop={L}; a budget M "
-                                      f"must satisfy 1 <= M <= {L} (0: the per-budget curve only)")
-                sched = parse_schedule(cfg["schedule"], L) if cfg["schedule"] else None
+            elif cfg["mode"] == "elastic":  # budget and schedule checked (check_models)
+                sched = parse_schedule(cfg["schedule"], model.config.n_loop) if cfg["schedule"] else None
                 results[name] = elastic_study(model, batches, cfg["budget"], sched)
             else:
                 results[name] = bench_one(cfg, model, batches, data, crits[0] if crits else "entropy")
@@ -949,9 +967,60 @@ def main(argv=None):
     print(f"\nwrote {prefix}.json" + ("" if cfg["mode"] == "bench" else f" and {prefix}.png"))
 
 
+def check_settings(cfg):
+    """One line for a setting of the command line that cannot work, before any checkpoint is read; the criteria."""
+    for key, least in (("eval_tokens", 1), ("batch_size", 1), ("block_size", 0), ("n_tau", 1), ("budget", 0),
+                       ("prompt_len", 1), ("new_tokens", 2), ("bench_batch", 1), ("repeats", 1)):
+        if cfg[key] < least:
+            raise ConfigError(f"config error: --{key}={cfg[key]} must be >= {least}")
+    crits = [c for c in cfg["criteria"].split(",") if c]
+    for c in crits:
+        if c not in CRITERIA:
+            raise ConfigError(f"config error: unknown criterion {c!r} in --criteria: use a comma-separated list of "
+                              f"{', '.join(CRITERIA)}")
+    if cfg["mode"] == "exit" and not crits:
+        raise ConfigError("config error: --criteria names no criterion: use a comma-separated list of "
+                          f"{', '.join(CRITERIA)}")
+    if cfg["mode"] == "bench" and crits and crits[0] not in decode_criteria():
+        raise ConfigError(f"config error: --mode=bench decodes with the first of --criteria, {crits[0]!r}, which "
+                          f"needs the full pass or the labels: put one of {', '.join(decode_criteria())} first")
+    try:
+        taus = [float(t) for t in cfg["taus"].split(",") if t.strip()]
+    except ValueError:
+        taus = [-1.0]
+    if any(not tau >= 0 for tau in taus):
+        raise ConfigError(f"config error: --taus={cfg['taus']!r} must be comma-separated thresholds >= 0")
+    if cfg["schedule"]:
+        schedule_steps(cfg["schedule"])
+    if cfg["mode"] == "bench" and cfg["bench_batch"] > cfg["batch_size"]:
+        raise ConfigError(f"config error: --bench_batch={cfg['bench_batch']} is more than the --batch_size="
+                          f"{cfg['batch_size']} rows it takes its prompts from: raise --batch_size")
+    return crits
+
+
+def check_models(cfg, runs, T):
+    """One line for a checkpoint that the mode cannot study, before any of them is: no candidate exit (a one-layer
+    plain model), a bench prompt and decode that do not fit its context, an elastic budget or schedule beyond its
+    loops."""
+    for name, _, model, _ in runs:
+        if cfg["mode"] in ("exit", "bench") and not exit_candidates(model, depth_labels(model), cfg["every_layer"]):
+            raise ConfigError(f"early_exit.py: {name} has no candidate exit (one layer, one pass): nothing can exit "
+                              "early; study a deeper or looped model")
+        if cfg["mode"] == "bench" and min(cfg["prompt_len"], T) + 2 > model.config.block_size:
+            raise ConfigError(f"config error: --prompt_len={cfg['prompt_len']} leaves {name} (block_size="
+                              f"{model.config.block_size}) no room to decode 2 tokens: lower --prompt_len")
+        if cfg["mode"] == "elastic":
+            L = model.config.n_loop
+            if not 0 <= cfg["budget"] <= L:
+                raise ConfigError(f"early_exit.py: --budget={cfg['budget']}: {name} has n_loop={L}; a budget M "
+                                  f"must satisfy 1 <= M <= {L} (0: the per-budget curve only)")
+            if cfg["schedule"]:
+                parse_schedule(cfg["schedule"], L)
+
+
 def bench_one(cfg, model, batches, data, criterion):
     if cfg["taus"]:
-        taus = [float(t) for t in cfg["taus"].split(",") if t]
+        taus = [float(t) for t in cfg["taus"].split(",") if t.strip()]
     else:  # thresholds reaching 10% and 30% FLOPs saved in the teacher-forced sweep
         r = evaluate_exits(model, batches, (criterion,), cfg["every_layer"], cfg["n_tau"], progress=False)
         pts = r["criteria"][criterion]["points"]
