@@ -1019,7 +1019,12 @@ def harness_tasks(text):
     out = []
     for part in (p.strip() for p in text.replace("loopmoe", LOOPMOE_HARNESS).split(",") if p.strip()):
         name, _, shots = part.partition(":")
+        if not name or not (shots.isdigit() or not shots):
+            raise ConfigError(f"config error: --tasks={text!r}: {part!r} is not a harness task as name or name:shots "
+                              "(shots a whole number >= 0)")
         out.append((name, int(shots) if shots else None))
+    if not out:
+        raise ConfigError("config error: --harness needs --tasks: harness task names, comma-separated (name:shots)")
     return out
 
 
@@ -1217,23 +1222,53 @@ def plan_tasks(cfg):
     return plan
 
 
+def check_settings(cfg):
+    """One line for a setting that cannot work, before any checkpoint is read: counts and sizes, and the
+    comma-separated lists of depths, thresholds and harness tasks."""
+    for key, least in (("shots", -1), ("limit", 0), ("text_tokens", 1), ("batch_size", 1), ("batch_tokens", 1),
+                       ("seed", 0), ("bench_items", 1)):
+        if cfg[key] < least:
+            raise ConfigError(f"config error: --{key}={cfg[key]} must be >= {least}")
+    for key in ("loops", "budget"):
+        parts = [v.strip() for v in cfg[key].split(",") if v.strip()]
+        if not all(v.isdigit() and int(v) >= 1 for v in parts):
+            raise ConfigError(f"config error: --{key}={cfg[key]!r} must be whole numbers >= 1, comma-separated")
+    try:
+        taus = [float(v) for v in cfg["exit_tau"].split(",") if v.strip()]
+    except ValueError:
+        taus = [-1.0]
+    if any(not tau >= 0 for tau in taus):
+        raise ConfigError(f"config error: --exit_tau={cfg['exit_tau']!r} must be thresholds >= 0, comma-separated")
+    if cfg["schedule"]:
+        early_exit.schedule_steps(cfg["schedule"])
+    if cfg["harness"]:
+        harness_tasks(cfg["tasks"])
+        if cfg["include_path"] and not os.path.isdir(cfg["include_path"]):
+            raise ConfigError(f"config error: --include_path={cfg['include_path']} is not a folder (of task YAMLs)")
+
+
 def main(argv=None):
     from configurator import configure
     defaults = {k: v for k, v in globals().items() if k.islower() and not k.startswith("_")}
     cfg, _ = configure(defaults, None, argv, doc_source=__file__,
                        choices=dict(criterion=early_exit.decode_criteria(), exit_fill=early_exit.FILLS,
                                     dtype=("float32", "bfloat16")))
+    check_settings(cfg)
     cfg["device"] = pick_device(cfg["device"])
     torch.manual_seed(cfg["seed"])
     if cfg["harness"]:
         return main_harness(cfg)
     plan = plan_tasks(cfg)
+    if not plan and "perplexity" not in cfg["tasks"].split(","):
+        raise ConfigError(f"eval.py: --tasks={cfg['tasks']!r} names no task: give suites or tasks, comma-separated "
+                          f"({', '.join(SUITES)}, perplexity, or task names)")
     if cfg["fetch"]:
         if not cfg["data_dir"]:
             raise ConfigError("eval.py: --fetch needs --data_dir=DIR (where the rows go)")
         download(dict.fromkeys(name for name, *_ in plan), cfg["data_dir"])
         return None
     runs = early_exit.load_runs(cfg)
+    depths = {name: depth_settings(model, cfg) for name, _, model, _ in runs}  # every model's checked before any runs
     prefix = early_exit.output_prefix(cfg, runs, "bench" if cfg["bench"] else "eval")
     auto = lambda: early_exit.autocast(cfg)  # noqa: E731
     if cfg["bench"]:
@@ -1252,7 +1287,7 @@ def main(argv=None):
         tok = run_tokenizer(model, state)
         docs = [text_documents(t, tok, state, cfg["text_tokens"]) for t in texts]
         results[name] = {}
-        for setting in depth_settings(model, cfg):
+        for setting in depths[name]:
             print(f"{name} [{setting.name}]: {path}", file=sys.stderr)
             try:
                 scorer = Scorer(model, tok, setting, cfg["batch_size"], cfg["batch_tokens"], cfg["shared"], auto)
@@ -1298,17 +1333,23 @@ def main_bench(cfg, runs, prefix, auto):
     return out
 
 
-def main_harness(cfg):
+def task_manager(cfg):
+    """lm-evaluation-harness's index of tasks (its import and indexing take seconds: after every check)."""
     from lm_eval.tasks import TaskManager
+    return TaskManager(include_path=cfg["include_path"] or None, include_defaults=cfg["harness_defaults"])
+
+
+def main_harness(cfg):
     runs = early_exit.load_runs(cfg)
+    depths = {name: depth_settings(model, cfg) for name, _, model, _ in runs}  # every model's checked before any runs
     prefix = early_exit.output_prefix(cfg, runs, "eval_harness")
-    tm = TaskManager(include_path=cfg["include_path"] or None, include_defaults=cfg["harness_defaults"])
     wanted = harness_tasks(cfg["tasks"])
+    tm = task_manager(cfg)
     results = {}
     for name, path, model, state in runs:
         tok = run_tokenizer(model, state)
         results[name] = {}
-        for setting in depth_settings(model, cfg):
+        for setting in depths[name]:
             print(f"{name} [{setting.name}]: lm-evaluation-harness {', '.join(t for t, _ in wanted)}",
                   file=sys.stderr)
             scorer = Scorer(model, tok, setting, cfg["batch_size"], cfg["batch_tokens"], cfg["shared"],
