@@ -122,6 +122,8 @@ def _rotate(x, cos, sin):
 
 class ChunkedLossGPT(model.GPT):
     def loss(self, logits, targets):
+        if logits.dtype == torch.float16:  # its gradient, stored in fp16, would flush the small entries to zero
+            return super().loss(logits, targets)
         return chunked_cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1))
 
 

@@ -607,9 +607,10 @@ class GPT(nn.Module):
                             if self.part(i) == "loop"})
         return out
 
-    def after_optimizer_step(self, world_size=1):
-        """Work that follows each optimizer step: the bias-balancing update of MoE routers (moe.py)."""
-        update_biases(self, world_size)
+    def after_optimizer_step(self, world_size=1, skipped=None):
+        """Work that follows each optimizer step: the bias-balancing update of MoE routers (moe.py); skipped: a
+        bool tensor, True for a step fp16's loss scaler skipped (no bias step then either)."""
+        update_biases(self, world_size, skipped)
 
     # ---- the depth walk ----
     def embed(self, idx, pos=0):

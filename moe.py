@@ -393,10 +393,12 @@ def moe_layers(model):
 
 
 @torch.no_grad()
-def update_biases(model, world_size=1):
+def update_biases(model, world_size=1, skipped=None):
     """After each optimizer step: aux-loss-free balancing (Wang et al. 2024, arXiv:2408.15664; DeepSeek-V3):
     b_i += gamma * sign(mean load - load_i), then b -= mean(b). The loads of every layer (summed over the step's
-    micro-batches, loops and, with world_size > 1, all ranks in ONE all_reduce) are then zeroed."""
+    micro-batches, loops and, with world_size > 1, all ranks in ONE all_reduce) are then zeroed. skipped: a bool
+    tensor, True when the optimizer step was skipped (fp16's scaler found an inf): the bias stays (decided on the
+    device, without a host read)."""
     layers = moe_layers(model)
     if not layers:
         return
@@ -405,7 +407,8 @@ def update_biases(model, world_size=1):
         if world_size > 1:
             dist.all_reduce(loads)
         for m, load in zip(layers, loads.split([m.n_expert for m in layers])):
-            m.expert_bias += m.bias_rate * torch.sign(load.mean() - load)
+            step = m.bias_rate * torch.sign(load.mean() - load)
+            m.expert_bias += step if skipped is None else torch.where(skipped, 0.0, step)
             m.expert_bias -= m.expert_bias.mean()  # keep the bias centred (torchtitan issue #1506)
     for m in layers:
         m.expert_load.zero_()

@@ -67,24 +67,30 @@ def set_lr(optimizer, lr):
 
 
 @torch.no_grad()
-def decay_weights(optimizer, wd, schedule=1.0):
+def decay_weights(optimizer, wd, schedule=1.0, skipped=None):
     """Independent weight decay (Lee et al. 2026, arXiv:2605.09165, §3; the term is Wortsman et al. 2023,
     arXiv:2309.14322, §3.2.2): theta <- theta*(1 - wd*s_t), where s_t = lr_t/lr_peak is the schedule's multiplier.
     Decoupled from the peak LR (torch's AdamW multiplies by lr_t = lr_peak*s_t), but it still warms up and cools
-    down with the schedule. Applied before the Adam update, like AdamW's own decay."""
+    down with the schedule. Applied before the Adam update, like AdamW's own decay. skipped: a bool tensor, True
+    for a step the fp16 loss scaler skips: no decay either (chosen on the device, no host read)."""
+    factor = 1.0 - wd * schedule
+    if skipped is not None:
+        factor = torch.where(skipped, 1.0, factor)
     for g in optimizer.param_groups:
         if g["decay"]:
-            torch._foreach_mul_(g["params"], 1.0 - wd * schedule)
+            torch._foreach_mul_(g["params"], factor)
 
 
 def train_step(model, optimizer, get_batch, accum=1, ctx=nullcontext(), grad_clip=0.0, weight_decay=0.0,
-               schedule=1.0, world_size=1, rng=None):
+               schedule=1.0, world_size=1, rng=None, scaler=None):
     """One optimizer step: forward and backward over `accum` micro-batches (get_batch(i) -> (x, y)), each scaled
     by 1/accum, with rng(i) the random generator of micro-batch i for an elastic objective (forward's rng; None:
     fresh entropy, loop.py); gradient clipping; independent weight decay (0 = none); the optimizer step; the model's
-    after-step work. With DDP or FSDP only the last micro-batch synchronises gradients. Returns the mean loss and
-    the mean auxiliary losses as tensors on the device (no host sync) and the gradient norm before clipping (or
-    None)."""
+    after-step work. With DDP or FSDP only the last micro-batch synchronises gradients. scaler: fp16's
+    torch.amp.GradScaler (the loss scaled up for the backward, the gradients unscaled before clipping; a step whose
+    gradients hold an inf or NaN is skipped with its weight decay and MoE bias step, and the scale lowered).
+    Returns the mean loss and the mean auxiliary losses as tensors on the device (no host sync) and the gradient
+    norm before clipping (or None)."""
     raw = model.module if isinstance(model, DDP) else model
     loss_sum, aux_sums = 0.0, {}
     for micro in range(accum):
@@ -96,18 +102,29 @@ def train_step(model, optimizer, get_batch, accum=1, ctx=nullcontext(), grad_cli
         with ctx:
             _, loss, aux = model(x, y, rng=rng(micro) if rng is not None else None)
             objective = loss + sum(aux.values()) if aux else loss
-        (objective / accum).backward()
+        (objective / accum if scaler is None else scaler.scale(objective / accum)).backward()
         loss_sum = loss_sum + loss.detach() / accum
         for k, v in aux.items():
             aux_sums[k] = aux_sums.get(k, 0.0) + v.detach() / accum
+    if scaler is not None:
+        scaler.unscale_(optimizer)
     grad_norm = torch.nn.utils.clip_grad_norm_(raw.parameters(), grad_clip) if grad_clip > 0 else None
     if hasattr(grad_norm, "full_tensor"):  # a DTensor (FSDP): the norm over all shards, the same on every rank
         grad_norm = grad_norm.full_tensor()
+    skipped = None
+    if scaler is not None:  # the scaler skips the step exactly when a gradient is not finite: so is their norm
+        norm = grad_norm if grad_norm is not None else torch.nn.utils.get_total_norm(
+            [p.grad for p in raw.parameters() if p.grad is not None])
+        skipped = ~torch.isfinite(norm)
     if weight_decay > 0:
-        decay_weights(optimizer, weight_decay, schedule)
-    optimizer.step()
+        decay_weights(optimizer, weight_decay, schedule, skipped)
+    if scaler is not None:
+        scaler.step(optimizer)
+        scaler.update()
+    else:
+        optimizer.step()
     optimizer.zero_grad(set_to_none=True)
-    raw.after_optimizer_step(world_size)
+    raw.after_optimizer_step(world_size, skipped)
     return loss_sum, aux_sums, grad_norm
 
 
