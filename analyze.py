@@ -40,7 +40,7 @@ import moe  # noqa: E402
 from configurator import ConfigError, configure, run  # noqa: E402
 from checkpoint import load_model  # noqa: E402
 from distributed import pick_device  # noqa: E402
-from loop import residual_multiplier  # noqa: E402
+from loop import RESIDUAL_RULES, residual_multiplier  # noqa: E402
 from model import GPT, GPTConfig  # noqa: E402
 from optim import make_optimizer, train_step  # noqa: E402
 from scaling import capacity_report  # noqa: E402
@@ -261,7 +261,8 @@ def load_models(cfg, model_cfg):
     dirs = [d for d in cfg["ckpt"].split(",") if d]
     names = cfg["names"].split(",") if cfg["names"] else [os.path.basename(os.path.normpath(d)) for d in dirs]
     if len(names) != len(dirs):
-        raise SystemExit(f"--names has {len(names)} names for {len(dirs)} checkpoints")
+        raise ConfigError(f"config error: --names has {len(names)} names for {len(dirs)} checkpoints: give one name "
+                          "per checkpoint (or none)")
     models = []
     for name, d in zip(names, dirs):
         model, ckpt = load_model(d, cfg["device"])
@@ -288,11 +289,12 @@ def prompt_batches(cfg, model, ckpt=None):
     if data_dir and os.path.exists(os.path.join(data_dir, "meta.json")):
         data = TokenData(data_dir)
         if data.vocab_size > model.config.vocab_size:
-            raise SystemExit(f"{data_dir} has {data.vocab_size} token ids but the model only {model.config.vocab_size}:"
-                             " pass the data_dir the model was trained on")
+            raise ConfigError(f"{data_dir} has {data.vocab_size} token ids but the model only "
+                              f"{model.config.vocab_size}: pass the data_dir the model was trained on")
         return [x.to(cfg["device"]) for x, _ in data.val_batches(B, T, cfg["n_tokens"])]
     if cfg["data_dir"]:
-        raise SystemExit(f"no prepared data in {cfg['data_dir']} (meta.json missing): run data.py first")
+        raise ConfigError(f"no prepared data in {cfg['data_dir']} (meta.json missing): run data.py first, or "
+                          "drop --data_dir (random tokens)")
     print(f"no data_dir: prompts are random tokens (seed {cfg['seed']})")
     g = torch.Generator().manual_seed(cfg["seed"])
     n = max(1, cfg["n_tokens"] // (B * T))
@@ -464,6 +466,10 @@ def run_iteradaln(cfg, model_cfg):
     per-token std and range of alpha (alpha averaged over channels per token), as in Chen et al.'s Table 9. Works for
     any per-loop conditioning that goes through model.Block's `cond` (IterAdaLN, LoopFormer, loop index)."""
     models, batches = models_and_prompts(cfg, model_cfg)
+    for name, model, _ in models:  # before any model runs: a block without a modulator receives no conditioning
+        if all(getattr(block, "modulator", None) is None for block in model.blocks):
+            raise ConfigError(f"analyze.py: {name}: no block receives per-loop conditioning (this analysis needs "
+                              "loop_cond=iteradaln, index or loopformer)")
     result = {}
     for name, model, _ in models:
         acc = defaultdict(lambda: defaultdict(list))  # (layer, loop, branch) -> statistic -> per-token values
@@ -730,7 +736,7 @@ def representation_steps(model, idx, which):
     if which == "auto":
         which = "boundary" if sum(label.boundary for label, _ in states) > 1 else "all"
     if which not in ("boundary", "all"):
-        raise SystemExit(f"--states must be auto | boundary | all, got {which!r}")
+        raise ConfigError(f"config error: --states must be auto | boundary | all, got {which!r}")
     return [h for label, h in states if which == "all" or (label.boundary and label.part == "loop")]
 
 
@@ -904,23 +910,64 @@ def to_json(obj):
     return obj
 
 
+def check_settings(name, cfg, model_cfg):
+    """One line for a setting that cannot work, before any model is built or read: counts and sizes, and the
+    models the analysis would build from them (GPTConfig's own checks)."""
+    for key, least in (("n_tokens", 1), ("batch_size", 1), ("seq_len", 1), ("seed", 0), ("width", 1),
+                       ("max_loops", 1), ("trials", 1), ("n_seeds", 1), ("steps", 1), ("lr", 0), ("weight_decay", 0)):
+        if cfg[key] < least:
+            raise ConfigError(f"config error: --{key}={cfg[key]} must be >= {least}")
+    if not 0 < cfg["jsd_threshold"] <= 1:
+        raise ConfigError(f"config error: --jsd_threshold={cfg['jsd_threshold']} must be in (0, 1] (a normalised "
+                          "JSD)")
+    if not cfg["sigma"] > 0:
+        raise ConfigError(f"config error: --sigma={cfg['sigma']} must be > 0")
+    for key in ("loops", "widths"):
+        if not cfg[key] or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in cfg[key]):
+            raise ConfigError(f"config error: --{key}={cfg[key]!r} must be a tuple of whole numbers >= 1, e.g. "
+                              f"--{key}={'(1,2,4)' if key == 'loops' else '(64,128)'}")
+    if not cfg["scalings"] or not all(s in RESIDUAL_RULES for s in cfg["scalings"]):
+        raise ConfigError(f"config error: --scalings={cfg['scalings']!r} must be a tuple of residual rules from "
+                          f"{' | '.join(RESIDUAL_RULES)}, e.g. --scalings=('none','sqrt')")
+    try:  # the models residual and coordcheck build from the keys
+        if name in ("residual", "coordcheck"):
+            for r in cfg["loops"]:
+                for s in cfg["scalings"]:
+                    looped_config(model_cfg, r, s)
+                    if name == "residual" and cfg["nonshared"]:
+                        dataclasses.replace(model_cfg, n_layer=model_cfg.n_layer * r, n_loop=1)
+        if name == "coordcheck":
+            for w in cfg["widths"]:
+                dataclasses.replace(model_cfg, n_embd=w, n_head=0, d_ff=0)
+    except ValueError as e:
+        raise ConfigError(f"config error: {name}: {e}") from None
+    try:
+        os.makedirs(cfg["out_dir"], exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"config error: cannot write to out_dir {cfg['out_dir']!r} ({e.strerror}): choose another "
+                          "--out_dir") from None
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
-    if not argv or argv[0] not in ANALYSES:
+    if argv and argv[0] in ("-h", "--help"):
         print(__doc__)
-        raise SystemExit(0 if argv and argv[0] in ("-h", "--help") else
-                         f"analyze.py: name an analysis first, one of: {', '.join(ANALYSES)}")
+        raise SystemExit(0)
+    if not argv or argv[0] not in ANALYSES:
+        raise ConfigError(f"analyze.py: name an analysis first, one of: {', '.join(ANALYSES)} (python analyze.py "
+                          "--help describes them)" + (f"; not {argv[0]!r}" if argv else ""))
     name = argv[0]
     fn, preset = ANALYSES[name]
     if preset and ("--help" in argv or "-h" in argv):
         print(f"{name} presets, applied before your arguments: {' '.join(preset)}\n")
-    cfg, model_cfg = configure(DEFAULTS, GPTConfig, preset + argv[1:], doc_source=os.path.abspath(__file__))
+    cfg, model_cfg = configure(DEFAULTS, GPTConfig, preset + argv[1:], doc_source=os.path.abspath(__file__),
+                               choices=dict(states=("auto", "boundary", "all")))
+    check_settings(name, cfg, model_cfg)
     cfg["device"] = pick_device(cfg["device"])
     torch.manual_seed(cfg["seed"])
     t0 = time.time()
     result, fig = fn(cfg, model_cfg)
     fig.tight_layout()
-    os.makedirs(cfg["out_dir"], exist_ok=True)
     png, js = (os.path.join(cfg["out_dir"], f"{name}.{ext}") for ext in ("png", "json"))
     fig.savefig(png, dpi=120, bbox_inches="tight")
     plt.close(fig)
