@@ -31,7 +31,6 @@ as every count below does.
 import dataclasses
 import json
 import math
-import os
 import sys
 from collections import namedtuple
 
@@ -580,12 +579,19 @@ COUNT_KEYS = dict(
 
 
 def main_count(argv):
-    from configurator import configure
+    from configurator import ConfigError, configure
     from model import GPTConfig
+    import train
     # train.py's keys are accepted too, so every training config counts as it is (its vocab_size, not the data's)
-    train_py = os.path.join(os.path.dirname(os.path.abspath(__file__)), "train.py")  # where those keys are described
-    cfg, model_cfg = configure({**train_defaults(), **COUNT_KEYS}, GPTConfig, argv, doc_source=train_py,
+    cfg, model_cfg = configure({**train_defaults(), **COUNT_KEYS}, GPTConfig, argv, doc_source=train.__file__,
+                               choices=train._CHOICES,
                                usage="python scaling.py count [config/file.py ...] [--key=value ...]")
+    train.check_config(cfg)  # what train.py would refuse is not counted either
+    for key, least in (("seq_len", 0), ("gpus", 1)):
+        if cfg[key] < least:
+            raise ConfigError(f"config error: --{key}={cfg[key]} must be >= {least}")
+    if not cfg["gpu_gib"] > 0:
+        raise ConfigError(f"config error: --gpu_gib={cfg['gpu_gib']} must be > 0")
     model = model_on_meta(model_cfg)
     out = accounting(model, cfg["flops_convention"], cfg["flops_budget"], cfg["seq_len"] or None)
     if cfg["memory"]:
@@ -622,8 +628,10 @@ def main(argv=None):
     elsewhere = {"sweep": "sweep", "fit": "fits", "figures": "fits", "power": "fits"}  # command -> its module
     commands = ("count",) + tuple(elsewhere)
     if not argv or argv[0] not in commands:
-        raise SystemExit(f"usage: python scaling.py {{{'|'.join(commands)}}} [...]; "
-                         f"e.g. python scaling.py count config/sparse_base.py --n_embd=512")
+        from configurator import ConfigError
+        raise ConfigError(f"usage: python scaling.py {{{'|'.join(commands)}}} [...]; "
+                          f"e.g. python scaling.py count config/sparse_base.py --n_embd=512"
+                          + (f" ({argv[0]!r} is not a command)" if argv else ""))
     if argv[0] == "count":
         return main_count(argv[1:])
     import fits  # here, not at the top: sweep.py and fits.py import this file for its accounting

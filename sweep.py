@@ -66,9 +66,16 @@ Point = namedtuple("Point", "name arch configs overrides flops_budget fields")
 def load_spec(path):
     """A sweep spec's variables, as a dict."""
     import runpy
-    if not os.path.exists(path):
-        raise SystemExit(f"no sweep spec at {path}; the specs live in config/sweeps/")
-    spec = {k: v for k, v in runpy.run_path(path).items() if not k.startswith("_")}
+    import traceback
+    if not os.path.isfile(path):
+        raise ConfigError(f"no sweep spec at {path}; the specs live in config/sweeps/")
+    try:
+        spec = {k: v for k, v in runpy.run_path(path).items() if not k.startswith("_")}
+    except Exception as e:  # a syntax error, a name it lacks, ...: the spec's own fault, said in one line
+        lines = [f.lineno for f in traceback.extract_tb(e.__traceback__) if f.filename == path]
+        where = getattr(e, "lineno", None) if isinstance(e, SyntaxError) else (lines[-1] if lines else None)
+        raise ConfigError(f"sweep spec {path}{f', line {where}' if where else ''}: {type(e).__name__}: "
+                          f"{str(e).splitlines()[0] if str(e) else ''}") from None
     spec.setdefault("name", os.path.splitext(os.path.basename(path))[0])
     spec["spec_file"] = path  # hashed into every row: the rule and grid the row was run under
     return spec
@@ -106,8 +113,10 @@ def point_settings(spec, point):
     point's overrides, parsed as train.py parses them. The vocabulary follows the tokenizer, as in train.py."""
     from configurator import configure
     from model import GPTConfig
+    import train as train_py
     argv = list(point.configs) + [cli_arg(k, v) for k, v in {**spec.get("common", {}), **point.overrides}.items()]
-    train, model_cfg = configure(train_defaults(), GPTConfig, argv, doc_source=TRAIN_PY)
+    train, model_cfg = configure(train_defaults(), GPTConfig, argv, doc_source=TRAIN_PY, choices=train_py._CHOICES)
+    train_py.check_config(train)  # what train.py would refuse stops the plan, before any run starts
     vocab = TOKENIZER_VOCAB.get(train["tokenizer"])
     if vocab is not None and model_cfg.vocab_size != vocab:
         model_cfg = dataclasses.replace(model_cfg, vocab_size=vocab)
@@ -199,10 +208,20 @@ def sweep_dir(spec):
 
 def read_results(path):
     """Rows of a results.jsonl (one JSON object per finished run)."""
-    if not os.path.exists(path):
-        raise SystemExit(f"no results file at {path}: run `python scaling.py sweep SPEC` first")
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
+    if not os.path.isfile(path):
+        raise ConfigError(f"no results file at {path}: run `python scaling.py sweep SPEC` first")
+    rows = []
+    with open(path, "rb") as f:
+        for n, line in enumerate(f, 1):
+            if line.strip():
+                try:
+                    rows.append(json.loads(line.decode("utf-8")))
+                except ValueError as e:  # UnicodeDecodeError is one too
+                    raise ConfigError(f"{path}, line {n}: not a JSON row ({str(e)[:80]}): mend or remove the line"
+                                      ) from None
+                if not isinstance(rows[-1], dict):
+                    raise ConfigError(f"{path}, line {n}: not a result row (a JSON object): mend or remove the line")
+    return rows
 
 
 def done_points(results_path, retry_failed=False):
@@ -289,7 +308,7 @@ def run_sweep(spec, dry_run=False, only="", retry_failed=False, limit=0, paralle
     results = os.path.join(sweep_dir(spec), "results.jsonl")
     planned = plan(spec, only)
     if not planned:
-        raise SystemExit(f"no point of sweep {spec['name']} matches --only={only!r}; `--dry_run` lists the names")
+        raise ConfigError(f"no point of sweep {spec['name']} matches --only={only!r}; `--dry_run` lists the names")
     done = done_points(results, retry_failed)
     rows = read_results(results) if os.path.exists(results) else []
     measured = [r["tokens"] * r["flops_per_token_schwethelm"] / r["process_s"] for r in rows
@@ -302,7 +321,11 @@ def run_sweep(spec, dry_run=False, only="", retry_failed=False, limit=0, paralle
         return planned
     if spec.get("record"):
         check_rule(spec, planned, root)
-    os.makedirs(sweep_dir(spec), exist_ok=True)
+    try:
+        os.makedirs(sweep_dir(spec), exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"cannot write the sweep's runs to {sweep_dir(spec)!r} ({e.strerror}): choose another "
+                          "--out_dir") from None
     SweepRuns(spec, todo, root, parallel).run()
     return planned
 
@@ -410,13 +433,27 @@ SWEEP_KEYS = dict(
 )
 
 
+def check_pattern(key, pattern):
+    """--only and the like are regular expressions: a broken one is one line, not re.error's traceback."""
+    try:
+        re.compile(pattern)
+    except re.error as e:
+        raise ConfigError(f"config error: --{key}={pattern!r} is not a regular expression ({e}); a plain substring "
+                          "works") from None
+
+
 def main_sweep(argv):
     from configurator import configure
     specs = [a for a in argv if not a.startswith("-")]
     if len(specs) != 1 and not {"--help", "-h"} & set(argv):  # --help alone lists the keys
-        raise SystemExit("usage: python scaling.py sweep config/sweeps/<spec>.py [--dry_run] [--key=value]")
+        raise ConfigError("usage: python scaling.py sweep config/sweeps/<spec>.py [--dry_run] [--key=value]: name "
+                          f"one spec, not {len(specs)}")
     cfg, _ = configure(SWEEP_KEYS, None, [a for a in argv if a not in specs], doc_source=__file__,
                        usage="python scaling.py sweep config/sweeps/<spec>.py [--key=value ...]")
+    for key in ("limit", "parallel"):
+        if cfg[key] < 0:
+            raise ConfigError(f"config error: --{key}={cfg[key]} must be >= 0")
+    check_pattern("only", cfg["only"])
     spec = load_spec(specs[0])
     out_dir = cfg.pop("out_dir")
     if out_dir:
