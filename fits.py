@@ -21,7 +21,8 @@ import sys
 import numpy as np
 import scipy.optimize
 
-from sweep import load_spec, plan, read_results
+from configurator import ConfigError
+from sweep import check_pattern, load_spec, plan, read_results
 
 # -----------------------------------------------------------------------------------------------------------------
 # scaling-law fits (numpy/scipy only)
@@ -569,14 +570,14 @@ def fit_delta_phi(rows, reference="r", designs=(), hold=(), restarts=500, n_boot
     reference prefix, on the budgets where the design has looped runs; paired run-bootstrap intervals."""
     unknown = [p for p in hold if p not in PARAMS[:5]]
     if unknown:
-        raise SystemExit(f"--hold takes parameters of the law {PARAMS[:5]}, not {unknown}")
+        raise ConfigError(f"--hold takes parameters of the law {PARAMS[:5]}, not {unknown}")
     reference_rows = design_rows(rows, reference, reference)
     out = {}
     for prefix in designs:
         mine = design_rows(rows, prefix, reference)
         looped = [r for r in mine if field(r, "n_loop") > 1]
         if not looped:
-            raise SystemExit(f"no looped runs of design {prefix!r}: its archs are named {prefix}2, {prefix}4, ...")
+            raise ConfigError(f"no looped runs of design {prefix!r}: its archs are named {prefix}2, {prefix}4, ...")
         # the same budgets and training seeds on both sides: a seed's offset would otherwise read as a change of phi
         budgets, seeds = (sorted({field(r, k) for r in looped}) for k in ("flops_budget", "seed"))
         ref, mine = ([r for r in rs if field(r, "flops_budget") in budgets and field(r, "seed") in seeds]
@@ -681,7 +682,7 @@ def simulate_delta_phi(reference_rows, reference, planned, designs, hold, noise,
                      seed=q["train"]["seed"], flops_budget=q["point"].flops_budget, tokens=q["tokens"],
                      **{k: q[k] for k in ("params_once_nonembed", "params_rec_nonembed")}) for q in mine]
         if not rows:
-            raise SystemExit(f"the spec plans no point of design {prefix!r}")
+            raise ConfigError(f"the spec plans no point of design {prefix!r}")
         expected = law_predict(np.array(truth["theta"]), rows_law_data([dict(r, val_loss=1.0) for r in rows]))
         deltas, widths = [], []
         for t in range(trials):
@@ -943,7 +944,8 @@ def representation_evolution(path, model, reference):
     def pick(prefix):
         names = [n for n in result if n.startswith(prefix)]
         if len(names) != 1:
-            raise SystemExit(f"{path}: {len(names)} models named {prefix}*, need one (have {sorted(result)})")
+            raise ConfigError(f"{path}: {len(names)} models named {prefix}*, need one (have {sorted(result)}): "
+                              "name them with --model and --reference")
         return result[names[0]]
     def moves(r):
         return dict(cka=1 - r["cka"][0][-1], **{k: max(r[k]) - min(r[k]) for k in ("anisotropy", "curvature",
@@ -980,13 +982,84 @@ def main_test(argv):
     perplexity at equal depth saved (exit_comparisons), one early_exit.py JSON per seed. python fits.py
     representation R.json ... --model=A --reference=B: Jeddi et al.'s four metrics (representation_evolution).
     --out=F.json: elastic, probes, representation and exits also write their result with its provenance."""
-    if not argv or argv[0] not in ("ttest", "tost", "holm", "elastic", "probes", "exits", "representation"):
-        raise SystemExit("usage: python fits.py ttest|tost|holm VALUE ... [--margin=M] [--looks=K] | "
-                         "elastic LF.json PLAIN.json ... | probes EVAL.json ... --reference=MODEL | "
-                         "exits EE.json ... --pairs=A<B,... | representation R.json ... --model=A --reference=B")
-    opts = dict(a[2:].split("=", 1) for a in argv[1:] if a.startswith("--"))
-    if argv[0] == "exits":
+    if not argv or argv[0] not in TEST_OPTIONS:
+        raise ConfigError("usage: python fits.py ttest|tost|holm VALUE ... [--margin=M] [--looks=K] | "
+                          "elastic LF.json PLAIN.json ... | probes EVAL.json ... --reference=MODEL | "
+                          "exits EE.json ... --pairs=A<B,... | representation R.json ... --model=A --reference=B"
+                          + (f" ({argv[0]!r} is not one)" if argv else ""))
+    opts = test_options(argv)
+    if argv[0] in ("exits", "elastic", "probes", "representation"):
         paths = [a for a in argv[1:] if not a.startswith("--")]
+        missing = [p for p in paths if not os.path.isfile(p)] or ([] if paths else ["(none given)"])
+        if missing:
+            raise ConfigError(f"fits.py {argv[0]}: no result JSON at {missing[0]}: pass the JSONs it reads (python "
+                              "fits.py without arguments lists them)")
+        if argv[0] == "elastic" and len(paths) % 2:
+            raise ConfigError(f"fits.py elastic: {len(paths)} JSONs; it takes pairs, LOOPFORMER.json PLAIN.json, one "
+                              "pair per seed")
+        try:
+            return main_test_files(argv, opts, paths)
+        except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError, StopIteration) as e:
+            raise ConfigError(f"fits.py {argv[0]}: {' '.join(paths)} do not hold what it reads ({type(e).__name__}: "
+                              f"{str(e).splitlines()[0][:100] if str(e) else ''}): pass the JSONs its usage names, "
+                              "two seeds or more") from None
+    try:
+        values = [float(a) for a in argv[1:] if not a.startswith("--")]
+    except ValueError as e:
+        raise ConfigError(f"fits.py {argv[0]}: {e}: give the per-seed numbers (or p-values)") from None
+    if argv[0] != "holm" and len(values) < 2:
+        raise ConfigError(f"fits.py {argv[0]}: {len(values)} value(s); a test needs two seeds or more")
+    if argv[0] == "holm" and not (values and all(0 <= p <= 1 for p in values)):
+        raise ConfigError(f"fits.py holm: give p-values between 0 and 1, not {values}")
+    if argv[0] == "ttest":
+        out = paired_t_test(values)
+    elif argv[0] == "tost":
+        if "margin" not in opts:
+            raise ConfigError("tost needs the margin fixed before the runs: --margin=M")
+        out = tost(values, opts["margin"])
+    else:
+        out = dict(p=values, holm_adjusted=holm(values))
+    if "looks" in opts:
+        looks = opts["looks"]
+        out.update(looks=looks, threshold=sequential_alpha(looks))
+        if "p" in out and not isinstance(out["p"], list):
+            out["p_times_looks"] = min(1.0, out["p"] * looks)
+    print(json.dumps(out, default=float))
+    return out
+
+
+# the options of each `python fits.py` command, with the type of their value
+TEST_OPTIONS = dict(ttest=dict(looks=int), tost=dict(margin=float, looks=int), holm=dict(looks=int),
+                    elastic=dict(margin=float, out=str), probes=dict(reference=str, out=str),
+                    exits=dict(pairs=str, out=str), representation=dict(model=str, reference=str, out=str))
+
+
+def test_options(argv):
+    """The --key=value options of a `python fits.py` command, typed; anything else is one line."""
+    allowed, opts = TEST_OPTIONS[argv[0]], {}
+    for a in argv[1:]:
+        if not a.startswith("--"):
+            continue
+        key, eq, text = a[2:].partition("=")
+        if key not in allowed or not eq:
+            raise ConfigError(f"fits.py {argv[0]}: {a!r} is not an option of it; it takes "
+                              f"{', '.join(f'--{k}=...' for k in allowed)}")
+        try:
+            opts[key] = allowed[key](text)
+        except ValueError:
+            kind = "an integer" if allowed[key] is int else "a number"
+            raise ConfigError(f"fits.py {argv[0]}: --{key}={text!r} must be {kind}") from None
+        if allowed[key] is not str and not (math.isfinite(opts[key]) and opts[key] > 0):
+            raise ConfigError(f"fits.py {argv[0]}: --{key}={text} must be a finite number > 0")
+        if key == "out" and not os.path.isdir(os.path.dirname(os.path.abspath(text))):
+            raise ConfigError(f"fits.py {argv[0]}: --out={text}: {os.path.dirname(os.path.abspath(text))} is not a "
+                              "directory")
+    return opts
+
+
+def main_test_files(argv, opts, paths):
+    """The commands of main_test that read result JSONs (one per seed)."""
+    if argv[0] == "exits":
         out = exit_comparisons(paths, opts.get("pairs", "Looped<Base,Looped<MoE").split(","))
         out["provenance"] = provenance(paths, ["python", "fits.py"] + list(argv))
         if opts.get("out"):
@@ -996,45 +1069,27 @@ def main_test(argv):
             print(f"{name:28s} per seed {' '.join(f'{d:+.3f}' for d in r['per_seed'])}  mean {r['mean']:+.3f} nats, "
                   f"p {r['p']:.3f}, Holm {r['holm_p']:.3f}: {r['verdict']}")
         return out
-    if argv[0] in ("elastic", "probes", "representation"):
-        paths = [a for a in argv[1:] if not a.startswith("--")]
-        if argv[0] == "elastic":
-            seeds = [elastic_gaps(a, b) for a, b in zip(paths[::2], paths[1::2])]
-            Ms = sorted(seeds[0])
-            out = dict(vs_twin=_family({M: [s[M]["vs_twin"] for s in seeds] for M in Ms[:-1]}),
-                       vs_trained_at_M=_family({M: [s[M]["vs_trained_at_M"] for s in seeds] for M in Ms[:-1]}),
-                       full_depth_vs_twin=paired_t_test([s[Ms[-1]]["vs_twin"] for s in seeds]))
-            if "margin" in opts:
-                out["matches_trained_at_M"] = _family({M: [s[M]["vs_trained_at_M"] for s in seeds]
-                                                       for M in Ms[:-1]}, float(opts["margin"]))
-        elif argv[0] == "representation":
-            seeds = [representation_evolution(p, opts.get("model", "loopformer"), opts.get("reference", "ee_loop"))
-                     for p in paths]
-            out = _family({k: [s[k] for s in seeds] for k in seeds[0]})
-        else:
-            seeds = [probe_differences(p, opts.get("reference", "vanilla")) for p in paths]
-            out = _family({f"{m}/{k}": [s[m][k] for s in seeds] for m in seeds[0] for k in seeds[0][m]})
-        if opts.get("out"):  # a committed result names what regenerates it
-            with open(opts["out"], "w") as f:
-                json.dump(dict(out, provenance=provenance(paths, ["python", "fits.py"] + list(argv))), f, indent=1,
-                          default=float)
-        print(json.dumps(out, indent=1, default=float))
-        return out
-    values = [float(a) for a in argv[1:] if not a.startswith("--")]
-    if argv[0] == "ttest":
-        out = paired_t_test(values)
-    elif argv[0] == "tost":
-        if "margin" not in opts:
-            raise SystemExit("tost needs the margin fixed before the runs: --margin=M")
-        out = tost(values, float(opts["margin"]))
+    if argv[0] == "elastic":
+        seeds = [elastic_gaps(a, b) for a, b in zip(paths[::2], paths[1::2])]
+        Ms = sorted(seeds[0])
+        out = dict(vs_twin=_family({M: [s[M]["vs_twin"] for s in seeds] for M in Ms[:-1]}),
+                   vs_trained_at_M=_family({M: [s[M]["vs_trained_at_M"] for s in seeds] for M in Ms[:-1]}),
+                   full_depth_vs_twin=paired_t_test([s[Ms[-1]]["vs_twin"] for s in seeds]))
+        if "margin" in opts:
+            out["matches_trained_at_M"] = _family({M: [s[M]["vs_trained_at_M"] for s in seeds]
+                                                   for M in Ms[:-1]}, opts["margin"])
+    elif argv[0] == "representation":
+        seeds = [representation_evolution(p, opts.get("model", "loopformer"), opts.get("reference", "ee_loop"))
+                 for p in paths]
+        out = _family({k: [s[k] for s in seeds] for k in seeds[0]})
     else:
-        out = dict(p=values, holm_adjusted=holm(values))
-    if "looks" in opts:
-        looks = int(opts["looks"])
-        out.update(looks=looks, threshold=sequential_alpha(looks))
-        if "p" in out and not isinstance(out["p"], list):
-            out["p_times_looks"] = min(1.0, out["p"] * looks)
-    print(json.dumps(out, default=float))
+        seeds = [probe_differences(p, opts.get("reference", "vanilla")) for p in paths]
+        out = _family({f"{m}/{k}": [s[m][k] for s in seeds] for m in seeds[0] for k in seeds[0][m]})
+    if opts.get("out"):  # a committed result names what regenerates it
+        with open(opts["out"], "w") as f:
+            json.dump(dict(out, provenance=provenance(paths, ["python", "fits.py"] + list(argv))), f, indent=1,
+                      default=float)
+    print(json.dumps(out, indent=1, default=float))
     return out
 
 
@@ -1296,9 +1351,26 @@ def select_rows(rows, cfg, allow_empty=False):
                 continue
         keep.append(r)
     if not keep and not allow_empty:
-        raise SystemExit("no runs left after the subset keys (archs, budgets, loops, seeds, max_loss, max_lr); "
-                         "loosen them")
+        raise ConfigError("no runs left after the subset keys (archs, budgets, loops, seeds, max_loss, max_lr); "
+                          "loosen them")
     return keep
+
+
+LAWS = ("isoflop", "chinchilla", "joint", "delta_phi", "lr", "compare")
+
+
+def check_counts(cfg, *minimums):
+    """One line for a count below its least value: check_counts(cfg, ("trials", 1), ...)."""
+    for key, least in minimums:
+        if cfg[key] < least:
+            raise ConfigError(f"config error: --{key}={cfg[key]} must be >= {least}")
+
+
+def check_out(out):
+    """An --out path prefix whose directory does not exist is one line before the work, not a traceback after it."""
+    if out and not os.path.isdir(os.path.dirname(os.path.abspath(out))):
+        raise ConfigError(f"config error: --out={out}: {os.path.dirname(os.path.abspath(out))} is not a directory: "
+                          "create it or choose another --out")
 
 
 def fit_results(path, argv, skip_empty=False):
@@ -1306,7 +1378,12 @@ def fit_results(path, argv, skip_empty=False):
     subset keys leave no run and skip_empty (a record file that holds only other figures' arms)."""
     from configurator import configure
     cfg, _ = configure(FIT_KEYS, None, list(argv), doc_source=__file__,
-                       usage="python scaling.py fit results.jsonl [--key=value ...]")
+                       usage="python scaling.py fit results.jsonl [--key=value ...]", choices=dict(law=LAWS))
+    check_counts(cfg, ("restarts", 1), ("bootstrap", 0), ("boot_restarts", 1), ("workers", 1), ("seed", 0))
+    for key in ("max_loss", "max_lr"):
+        if not cfg[key] > 0:
+            raise ConfigError(f"config error: --{key}={cfg[key]} must be > 0")
+    check_out(cfg["out"])
     rows = select_rows(read_results(path), cfg, allow_empty=skip_empty)
     if not rows:
         return None, []
@@ -1337,15 +1414,16 @@ def fit_results(path, argv, skip_empty=False):
         result = compare_arms(rows, cfg["panel"], cfg["metric"], cfg["reference"] or None, cfg["archs"])
         files = plot_compare(result, out)
     else:
-        raise SystemExit(f"unknown --law={law!r}: use isoflop | chinchilla | joint | delta_phi | lr | compare")
+        raise ConfigError(f"unknown --law={law!r}: use isoflop | chinchilla | joint | delta_phi | lr | compare")
     return result, files
 
 
 def main_fit(argv):
     paths = [a for a in argv if not a.startswith("--") and a.endswith(".jsonl")]
-    if len(paths) != 1:
-        raise SystemExit("usage: python scaling.py fit results.jsonl "
-                         "--law=isoflop|chinchilla|joint|delta_phi|lr|compare [--key=value]")
+    if len(paths) != 1 or len(paths) != len([a for a in argv if not a.startswith("--")]):
+        raise ConfigError("usage: python scaling.py fit results.jsonl "
+                          "--law=isoflop|chinchilla|joint|delta_phi|lr|compare [--key=value]: name one results file "
+                          "(.jsonl) and options")
     result, files = fit_results(paths[0], [a for a in argv if a not in paths])
     print(json.dumps(_summary(result), indent=1, default=float))
     print(f"wrote {', '.join(files)}", file=sys.stderr)
@@ -1378,24 +1456,30 @@ def main_power(argv):
     from configurator import configure
     specs = [a for a in argv if not a.startswith("--")]
     if len(specs) != 1:
-        raise SystemExit("usage: python scaling.py power config/sweeps/<grid>.py --calibrate=<pilot results.jsonl> "
-                         "[--noise=0.02 --seeds=2 --trials=20]")
+        raise ConfigError("usage: python scaling.py power config/sweeps/<grid>.py --calibrate=<pilot results.jsonl> "
+                          f"[--noise=0.02 --seeds=2 --trials=20]: name one grid, not {len(specs)}")
     cfg, _ = configure(POWER_KEYS, None, [a for a in argv if a not in specs], doc_source=__file__,
                        usage="python scaling.py power config/sweeps/<grid>.py --calibrate=<pilot results.jsonl> "
                              "[--key=value ...]")
+    check_counts(cfg, ("seeds", 1), ("trials", 1), ("restarts", 1), ("bootstrap", 0), ("boot_restarts", 1),
+                 ("workers", 1), ("seed", 0))
+    if not cfg["noise"] >= 0:
+        raise ConfigError(f"config error: --noise={cfg['noise']} must be >= 0 (0: the pilot's)")
+    check_pattern("only", cfg["only"])
+    check_out(cfg["out"])
     if not cfg["calibrate"]:
-        raise SystemExit("--calibrate=<pilot results.jsonl> is needed: the law's scale at this data comes from a pilot")
+        raise ConfigError("--calibrate=<pilot results.jsonl> is needed: the law's scale at this data comes from a "
+                          "pilot")
     pilot = select_rows(read_results(cfg["calibrate"]), FIT_KEYS)  # fit's defaults: every finished run
     if cfg["designs"]:
         return power_delta_phi(pilot, specs[0], cfg)
-    law = calibrate_law(pilot, cfg["alpha"], cfg["beta"], cfg["phi"], cfg["restarts"], cfg["seed"])
     noise = cfg["noise"] or seed_noise(pilot)
     if not noise:
-        raise SystemExit("the pilot has no point run with two seeds to measure the noise on; give --noise=<nats>")
-    spec = load_spec(specs[0])
-    planned = plan(spec, cfg["only"])
+        raise ConfigError("the pilot has no point run with two seeds to measure the noise on; give --noise=<nats>")
+    planned = plan(load_spec(specs[0]), cfg["only"])  # a grid that cannot run stops before the calibration
     if not planned:
-        raise SystemExit(f"no point of {specs[0]} matches --only={cfg['only']!r}")
+        raise ConfigError(f"no point of {specs[0]} matches --only={cfg['only']!r}")
+    law = calibrate_law(pilot, cfg["alpha"], cfg["beta"], cfg["phi"], cfg["restarts"], cfg["seed"])
     data, cells = grid_law_data(planned, cfg["seeds"])
     out = simulate_phi(data, cells, law["theta"], noise, cfg["trials"], cfg["restarts"], cfg["bootstrap"],
                        cfg["boot_restarts"], cfg["seed"], cfg["workers"])
@@ -1408,18 +1492,18 @@ def power_delta_phi(rows, spec_path, cfg):
     """`power --designs=...`: simulate_delta_phi on the probes a spec plans, against the reference's runs in rows at
     the probes' budgets."""
     if cfg["seeds"] != 1:  # the probes' seeds are the spec's own points (names ending _s7, ...), not copies
-        raise SystemExit("--seeds sets the seeds of a grid's phi power; with --designs the spec's points are the "
-                         "seeds: select them with --only (e.g. --only='_d\\d+(_s7)?$' for seeds 1337 and 7)")
+        raise ConfigError("--seeds sets the seeds of a grid's phi power; with --designs the spec's points are the "
+                          "seeds: select them with --only (e.g. --only='_d\\d+(_s7)?$' for seeds 1337 and 7)")
     planned = plan(load_spec(spec_path), cfg["only"])
     budgets = {q["point"].flops_budget for q in planned}
     reference = [r for r in design_rows(rows, cfg["reference"], cfg["reference"])
                  if field(r, "flops_budget") in budgets]
     if not reference:
-        raise SystemExit(f"--calibrate has no runs of the reference {cfg['reference']!r} at the budgets "
-                         f"{sorted(budgets)}")
+        raise ConfigError(f"--calibrate has no runs of the reference {cfg['reference']!r} at the budgets "
+                          f"{sorted(budgets)}")
     noise = cfg["noise"] or seed_noise(reference)
     if not noise:
-        raise SystemExit("the reference has no point run with two seeds to measure the noise on; give --noise=<nats>")
+        raise ConfigError("the reference has no point run with two seeds to measure the noise on; give --noise=<nats>")
     out = simulate_delta_phi(reference, cfg["reference"], planned, cfg["designs"], cfg["hold"], noise, cfg["trials"],
                              cfg["restarts"], cfg["bootstrap"], cfg["boot_restarts"], cfg["seed"], cfg["workers"])
     out.update(grid=spec_path, only=cfg["only"])
@@ -1430,22 +1514,28 @@ def main_figures(argv):
     """Redraw every figure of the course records from their committed rows, without training: each
     records/<paper>/<sweep>.jsonl is fitted as its spec config/sweeps/<sweep>.py's `figures` say
     ({figure name: fit arguments}), writing records/<paper>/<sweep>_<figure name>.png and .json."""
+    options = [a for a in argv if a.startswith("-")]
+    if options:
+        raise ConfigError(f"usage: python scaling.py figures [records/ ...]: it takes directories, not {options[0]!r} "
+                          "(each figure's fit arguments are its spec's)")
     roots = [a for a in argv if not a.startswith("--")] or ["records"]
     root_dir = os.path.dirname(os.path.abspath(__file__))
-    written = []
+    todo = []  # (results file, its spec's figures): every root and spec checked before the first fit
     for root in roots:
         paths = sorted(glob.glob(os.path.join(root, "**", "*.jsonl"), recursive=True))
-        if not paths:
-            raise SystemExit(f"no results (*.jsonl) under {root}; the records live in records/<paper>/")
+        if not os.path.isdir(root) or not paths:
+            raise ConfigError(f"no results (*.jsonl) under {root}; the records live in records/<paper>/")
         for path in paths:
             name = os.path.splitext(os.path.basename(path))[0]
             spec_path = os.path.join(root_dir, "config", "sweeps", name + ".py")
-            figures = load_spec(spec_path).get("figures", {})
-            if not figures:
-                print(f"{path}: its spec {spec_path} names no figures", file=sys.stderr)
-            for figure, fit_args in figures.items():
-                out = os.path.join(os.path.dirname(path), f"{name}_{figure}")
-                written += fit_results(path, list(fit_args) + [f"--out={out}"], skip_empty=True)[1]
+            todo.append((path, name, spec_path, load_spec(spec_path).get("figures", {})))
+    written = []
+    for path, name, spec_path, figures in todo:
+        if not figures:
+            print(f"{path}: its spec {spec_path} names no figures", file=sys.stderr)
+        for figure, fit_args in figures.items():
+            out = os.path.join(os.path.dirname(path), f"{name}_{figure}")
+            written += fit_results(path, list(fit_args) + [f"--out={out}"], skip_empty=True)[1]
     print("wrote " + ", ".join(written))
     return written
 
@@ -1469,4 +1559,5 @@ def _summary(obj):
 
 
 if __name__ == "__main__":  # the tests of the records' standard; every other command runs through scaling.py
-    main_test(sys.argv[1:])
+    from configurator import run
+    run(main_test, sys.argv[1:])
