@@ -216,10 +216,27 @@ def report(s, cfg, ref, label):
     return row
 
 
+def check_settings(cfg):
+    """One line for a setting that cannot work, before anything is built or timed."""
+    for key, least in (("batch_size", 1), ("steps", 1), ("rounds", 1), ("warmup", 0), ("threads", 0)):
+        if cfg[key] < least:
+            raise ConfigError(f"config error: --{key}={cfg[key]} must be >= {least}")
+    for key, allowed in (("dtypes", ("float32", "bfloat16")), ("compiles", ("False", "True"))):
+        names = [name.strip() for name in cfg[key].split(",") if name.strip()]
+        if not names or any(name not in allowed for name in names):
+            raise ConfigError(f"config error: --{key}={cfg[key]!r} must be a comma-separated list of "
+                              f"{' | '.join(allowed)}")
+    if cfg["out"] and not os.path.isdir(os.path.dirname(os.path.abspath(cfg["out"]))):
+        raise ConfigError(f"config error: --out={cfg['out']}: {os.path.dirname(os.path.abspath(cfg['out']))} is not "
+                          "a directory: create it or choose another --out")
+
+
 def main(argv=None):
     argv = list(argv if argv is not None else sys.argv[1:])
     defaults = {k: v for k, v in globals().items() if not k.startswith("_")}
-    cfg, model_cfg = configure(defaults, GPTConfig, argv, doc_source=__file__)
+    cfg, model_cfg = configure(defaults, GPTConfig, argv, doc_source=__file__,
+                               choices=dict(preset=("default", "nanogpt", "gpu"), clock=("wall", "cpu")))
+    check_settings(cfg)
     cfg["device"] = pick_device(cfg["device"])
     models = preset_models(cfg, model_cfg, argv)
     on_cuda = cfg["device"].startswith("cuda")

@@ -14,6 +14,7 @@ slows them alike. Target (the MoE issue): ratio <= 1.3. Prints a table and, with
 On a CPU without native bf16 (see bench.py) bf16 is skipped with a one-line note: torch would emulate it.
 """
 import json
+import os
 import statistics
 import sys
 import time
@@ -21,7 +22,7 @@ from contextlib import nullcontext
 
 import torch
 
-from configurator import configure, run
+from configurator import ConfigError, configure, run
 from distributed import pick_device
 from model import GPT, MLP, GPTConfig
 import kernels
@@ -151,13 +152,29 @@ def bench_ffn(base_cfg, dtype, dev, path_list):
     return {name: 1000 * statistics.median(ts) for name, ts in times.items()}
 
 
-def main():
+def main(argv=None):
     global cfg
     defaults = {k: globals()[k] for k in SCRIPT_KEYS}
-    argv = [f"--{k}={v}" for k, v in MODEL_DEFAULTS.items()] + sys.argv[1:]
-    cfg, model_cfg = configure(defaults, GPTConfig, argv=argv, doc_source=__file__)
+    argv = [f"--{k}={v}" for k, v in MODEL_DEFAULTS.items()] + list(sys.argv[1:] if argv is None else argv)
+    cfg, model_cfg = configure(defaults, GPTConfig, argv=argv, doc_source=__file__,
+                               choices=dict(clock=("wall", "process")))
     if model_cfg.n_expert == 0:
-        raise SystemExit("bench_moe.py compares MoE with dense models: set n_expert > 0")
+        raise ConfigError("config error: bench_moe.py compares MoE with dense models: set n_expert > 0")
+    for key, least in (("batch_size", 1), ("seq_len", 1), ("steps", 1), ("warmup", 0), ("repeats", 1),
+                       ("ffn_tokens", 0), ("threads", 0)):
+        if cfg[key] < least:
+            raise ConfigError(f"config error: --{key}={cfg[key]} must be >= {least}")
+    if cfg["seq_len"] > model_cfg.block_size:
+        raise ConfigError(f"config error: --seq_len={cfg['seq_len']} is longer than block_size="
+                          f"{model_cfg.block_size}: lower it or raise --block_size")
+    for key, allowed in (("dtypes", ("float32", "bfloat16")), ("paths", tuple(moe.DISPATCH))):
+        names = [name.strip() for name in cfg[key].split(",") if name.strip()]
+        if not names or any(name not in allowed for name in names):
+            raise ConfigError(f"config error: --{key}={cfg[key]!r} must be a comma-separated list of "
+                              f"{' | '.join(allowed)}")
+    if cfg["out"] and not os.path.isdir(os.path.dirname(os.path.abspath(cfg["out"]))):
+        raise ConfigError(f"config error: --out={cfg['out']}: {os.path.dirname(os.path.abspath(cfg['out']))} is not "
+                          "a directory: create it or choose another --out")
     dev = torch.device(pick_device(cfg["device"]))
     if dev.type == "cpu":
         torch.set_num_threads(cpu_threads(cfg["threads"]))

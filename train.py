@@ -220,6 +220,9 @@ def load_data(cfg, env, T, run_tokens):
                         hf=hf_of(cfg), **need)
         except (FileNotFoundError, RuntimeError, ValueError) as e:  # data.py's messages say what to do
             raise ConfigError(f"data: {e}") from None
+        except OSError as e:  # data_dir under a file, on a read-only disk, ...
+            raise ConfigError(f"data: cannot prepare data in {data_dir!r} ({e.strerror}): choose another "
+                              "--data_dir") from None
     if env.master:
         prepare()
     if env.ddp:
