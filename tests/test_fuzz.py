@@ -96,6 +96,18 @@ def test_damaged_eval_rows(tmp_path, how):
 
 @settings(**FUZZ)
 @given(how=damages)
+def test_damaged_results_rows(tmp_path, how):
+    """A sweep's results.jsonl (what fit, power and figures read), damaged."""
+    import fits
+    import sweep
+    path = tmp_path / "results.jsonl"
+    shutil.copy(os.path.join(os.path.dirname(HERE), "records", "lee2026", "isoflop_batch_pilot_cpu.jsonl"), path)
+    damage(path, how)
+    one_line_or_fine(lambda: fits.select_rows(sweep.read_results(str(path)), fits.FIT_KEYS, allow_empty=True))
+
+
+@settings(**FUZZ)
+@given(how=damages)
 def test_damaged_config_files(tmp_path, how):
     path = tmp_path / "cfg.py"
     shutil.copy(os.path.join(HERE, "..", "config", "sparse_looped_moe_cpu.py"), path)
