@@ -90,7 +90,7 @@ def load_model(run_dir, device="cpu"):
 
 # keys that may differ on --resume without changing the run, and those --resume_changes may change on purpose
 RESUME_NEUTRAL = ("resume", "resume_changes", "overwrite", "out_dir", "log_interval", "sample_tokens", "wandb_project",
-                   "wandb_run_name", "wandb_mode")
+                   "wandb_run_name", "wandb_mode", "verify_data")
 
 
 RESUME_CHANGEABLE = ("max_iters", "flops_budget", "eval_interval", "eval_tokens", "collapse_evals", "data_dir",

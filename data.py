@@ -8,7 +8,11 @@ the fixed validation set.
 
 A prepared directory holds train.bin and val.bin (flat token arrays, uint16 for vocabularies up to 65,536, uint32
 above, with the end-of-text token between documents) and meta.json, written last, so a directory with meta.json is
-complete. Sources: "offline" (= "kjv" + "shakespeare", public-domain English shipped by registry packages),
+complete. meta.json records the token counts (every reader checks the files' sizes against them and a sample of
+their ids against the vocabulary) and the sha256 of both files, which readers verify when the files are small
+(CHECKSUM_MAX_BYTES together: a fraction of a second) and always with train.py --verify_data=True; a directory
+prepared before checksums were recorded is read as before, with a note that there is none to verify.
+Sources: "offline" (= "kjv" + "shakespeare", public-domain English shipped by registry packages),
 "files:<glob>" (each text file a document; parquet files, told by content, are streamed, one document per row of
 the text_column, "text" by default),
 "fineweb-edu" (streamed: the Hub dataset hf_dataset / hf_config / hf_split, FineWeb-Edu's sample-10BT by default;
@@ -318,6 +322,7 @@ def prepare(source="offline", out_dir=None, tokenizer="gpt2", val_fraction=0.01,
                 val_names=[d[1] for d, v in zip(docs, is_val) if v], **origin)
     if no_text(source, meta):  # meta.json is not written: the next run prepares again
         raise ValueError(no_text(source, meta))
+    meta["sha256"] = token_checksums(out_dir)
     write_json(os.path.join(out_dir, "meta.json"), meta)
     print(f"{source} -> {out_dir}: {meta['train_tokens']:,} train + {meta['val_tokens']:,} val {tok.name} tokens "
           f"from {len(docs)} documents in {time.time() - t0:.1f}s")
@@ -430,6 +435,7 @@ def prepare_stream(source, out_dir=None, tokenizer="gpt2", val_fraction=0.01, ma
     if no_text(source, meta):
         os.remove(state_path)  # a later run starts afresh rather than resuming an empty stream
         raise ValueError(no_text(source, meta))
+    meta["sha256"] = token_checksums(out_dir)  # of the whole files: a stream prepared further is hashed again
     write_json(meta_path, meta)
     os.remove(state_path)
     return meta
@@ -529,6 +535,11 @@ def ensure_data(data_dir=None, source="offline", tokenizer="gpt2", text_column="
 
 
 META_KEYS = ("tokenizer", "vocab_size", "eot", "dtype", "train_tokens", "val_tokens")  # what reading the data needs
+# Token files up to this size (train.bin and val.bin together) are checked against meta.json's sha256 at every start:
+# sha256 reads ~1.4 GB/s on one core (hashlib, SHA-NI), so at most ~0.2 s; larger ones with verify=True. sha256,
+# not a faster CRC: the digest `sha256sum train.bin` prints, as the repository's other file hashes, and a file
+# swapped for another of the same size (another preparation) is told apart, not only flipped bits.
+CHECKSUM_MAX_BYTES = 256 << 20
 
 
 class DataError(ConfigError):
@@ -581,12 +592,54 @@ def check_token_file(path, dtype, n_tokens, vocab_size, sample=1 << 16):
                             f"(remove {os.path.dirname(path)})")
 
 
+def file_sha256(path, chunk=1 << 24):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(chunk), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def token_checksums(data_dir):
+    """{file name: sha256} of a prepared directory's token files, as meta.json records them."""
+    return {f"{s}.bin": file_sha256(os.path.join(data_dir, f"{s}.bin")) for s in ("train", "val")}
+
+
+_said_unchecked = set()  # directories already said to have no checksum (once per process)
+
+
+def verify_checksums(data_dir, meta, verify=None, say=print):
+    """The token files against the sha256 meta.json records: when verify, or (verify None) when they are small
+    (CHECKSUM_MAX_BYTES); a directory without checksums (an older version prepared it) is said once and passes."""
+    paths = {name: os.path.join(data_dir, name) for name in ("train.bin", "val.bin")}
+    if verify is None:
+        verify = sum(os.path.getsize(p) for p in paths.values()) <= CHECKSUM_MAX_BYTES
+    if not verify:
+        return
+    recorded = meta.get("sha256")
+    if recorded is None:
+        if os.path.realpath(data_dir) not in _said_unchecked:
+            _said_unchecked.add(os.path.realpath(data_dir))
+            say(f"note: {data_dir} records no checksum of its token files (prepared by an older version): only their "
+                "sizes and a sample of their ids are checked; prepare it again (remove it) to have one")
+        return
+    redo = f"prepare the data again (remove {data_dir})"
+    for name, path in paths.items():
+        want = recorded.get(name) if isinstance(recorded, dict) else None
+        if not isinstance(want, str):
+            raise DataError(f"{os.path.join(data_dir, 'meta.json')} lacks the sha256 of {name}: {redo}")
+        if file_sha256(path) != want:
+            raise DataError(f"{path} does not match the sha256 meta.json records for it: the file changed after it "
+                            f"was prepared (damaged or replaced); {redo}")
+
+
 class TokenData:
     """train.bin/val.bin of a prepared directory as memmaps: seeded random training windows, a fixed val set.
     train_tokens: read only the first train_tokens of train.bin (a run's own share of a stream prepared further,
-    so that its batches do not depend on how far the directory has been prepared)."""
+    so that its batches do not depend on how far the directory has been prepared). The files are checked against
+    meta.json: sizes and a sample of ids always, the sha256 when small or verify_data (verify_checksums)."""
 
-    def __init__(self, data_dir, train_tokens=None):
+    def __init__(self, data_dir, train_tokens=None, verify_data=None, say=print):
         self.meta = read_meta(data_dir)
         self.vocab_size, self.eot = self.meta["vocab_size"], self.meta["eot"]
         dtype = np.dtype(self.meta["dtype"])
@@ -594,6 +647,9 @@ class TokenData:
         for s in ("train", "val"):
             path = os.path.join(data_dir, f"{s}.bin")  # np.memmap cannot map an empty file
             check_token_file(path, dtype, self.meta[f"{s}_tokens"], self.vocab_size)
+        verify_checksums(data_dir, self.meta, verify_data, say)
+        for s in ("train", "val"):
+            path = os.path.join(data_dir, f"{s}.bin")
             self.splits[s] = np.memmap(path, dtype=dtype, mode="r") if os.path.getsize(path) else np.zeros(0, dtype)
         self.data_dir = data_dir
         if train_tokens:

@@ -66,6 +66,7 @@ text_column = "text"  # parquet files (and fineweb-edu): the column that holds t
 hf_dataset = "HuggingFaceFW/fineweb-edu"  # what fineweb-edu streams: a Hub dataset or a local folder of its files
 hf_config = "sample-10BT"  # its config (sample-10BT, sample-100BT, sample-350BT); "" = none
 hf_split = "train"  # its split
+verify_data = False  # also check large token files against meta.json's sha256 (up to 256 MiB together, every run does)
 # optimization
 batch_size = 16  # sequences per micro-batch (per rank)
 grad_accum = 1  # micro-batches per step across ALL ranks (must be divisible by the number of ranks)
@@ -230,7 +231,8 @@ def load_data(cfg, env, T, run_tokens):
         if env.local_rank == 0 and not env.master:  # another node: finds rank 0's files on a shared filesystem, or
             prepare()  # prepares the same ones on its own disk (data.py's docstring)
         dist.barrier()
-    data = TokenData(data_dir, train_tokens=run_tokens if stream else None)
+    data = TokenData(data_dir, train_tokens=run_tokens if stream else None, verify_data=cfg["verify_data"] or None,
+                     say=env.say)
     for split in ("train", "val"):
         if len(data.splits[split]) <= T:
             raise ConfigError(f"data: {data_dir} holds {len(data.splits[split]):,} {split} tokens, fewer than one "

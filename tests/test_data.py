@@ -1,4 +1,5 @@
 """Tests of data.py: tokenizers, prepare (files, offline, streams), the loader's determinism, the validation set."""
+import hashlib
 import importlib.util
 import json
 import math
@@ -15,6 +16,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import data
+import train  # noqa: E402
 from configurator import ConfigError  # noqa: E402
 
 # -----------------------------------------------------------------------------
@@ -407,6 +409,67 @@ def test_damaged_data_is_refused_in_one_line_naming_the_file(tmp_path, what, say
     with pytest.raises(ConfigError, match=r"^data: .*" + re.escape(says)) as e:
         data.TokenData(str(tmp_path / "d")).unigram_entropy()  # the sample at start, or the full count train.py makes
     assert str(tmp_path / "d") in str(e.value) and "prepare the data again" in str(e.value)
+
+
+# -----------------------------------------------------------------------------
+# checksums: meta.json records the sha256 of the token files; verified when they are small, or when asked
+
+
+def change_one_token(path):
+    """One token id changed in place, to another id of the byte vocabulary: sizes and id ranges still pass."""
+    ids = np.memmap(path, dtype=np.uint16, mode="r+")
+    i = int(np.flatnonzero(ids < 255)[len(ids) // 3])
+    ids[i] ^= 1
+    ids.flush()
+
+
+def prepared_files(tmp_path):
+    """A small prepared directory (files: source, byte tokens) and the train.py keys that read it."""
+    write_docs(tmp_path / "txt", 8)
+    source, out = f"files:{tmp_path}/txt/*.txt", str(tmp_path / "tokens")
+    meta = data.prepare(source, out, "byte", val_fraction=0.25, seed=0)
+    return out, meta, [f"--data_source={source}", "--tokenizer=byte", f"--data_dir={out}"]
+
+
+TINY_RUN = ["--n_layer=1", "--n_embd=32", "--head_dim=16", "--block_size=16", "--batch_size=2", "--max_iters=2",
+            "--eval_interval=2", "--eval_tokens=64", "--sample_tokens=0"]
+
+
+def test_a_prepared_directory_records_the_sha256_of_its_token_files(tmp_path):
+    out, meta, _ = prepared_files(tmp_path)
+    for name in ("train.bin", "val.bin"):
+        assert meta["sha256"][name] == hashlib.sha256(open(os.path.join(out, name), "rb").read()).hexdigest()
+    assert json.load(open(os.path.join(out, "meta.json")))["sha256"] == meta["sha256"]
+
+
+def test_a_changed_byte_in_a_small_prepared_file_is_caught(tmp_path):
+    out, _, _ = prepared_files(tmp_path)
+    data.TokenData(out)  # intact: read
+    change_one_token(os.path.join(out, "train.bin"))
+    with pytest.raises(ConfigError, match=r"^data: .*train\.bin does not match the sha256 meta\.json records for it"
+                                          r".*prepare the data again \(remove .*tokens\)"):
+        data.TokenData(out)
+
+
+def test_a_large_file_is_checked_by_its_sha256_only_under_verify_data(tmp_path, monkeypatch):
+    out, meta, keys = prepared_files(tmp_path)
+    change_one_token(os.path.join(out, "val.bin"))
+    monkeypatch.setattr(data, "CHECKSUM_MAX_BYTES", 100)  # these files count as large now
+    data.TokenData(out)  # sizes and ids only: the changed token passes
+    with pytest.raises(ConfigError, match=r"val\.bin does not match the sha256"):
+        data.TokenData(out, verify_data=True)
+    with pytest.raises(ConfigError, match=r"val\.bin does not match the sha256"):
+        train.main(TINY_RUN + keys + ["--verify_data=True", f"--out_dir={tmp_path / 'run'}"])
+
+
+def test_an_old_directory_without_checksums_still_trains_and_says_so_once(tmp_path, capsys):
+    out, meta, keys = prepared_files(tmp_path)
+    json.dump({k: v for k, v in meta.items() if k != "sha256"}, open(os.path.join(out, "meta.json"), "w"))
+    train.main(TINY_RUN + keys + [f"--out_dir={tmp_path / 'run'}"])
+    data.TokenData(out)
+    printed = capsys.readouterr().out
+    assert printed.count("records no checksum of its token files") == 1
+    assert json.load(open(tmp_path / "run" / "result.json"))["steps"] == 2
 
 
 @pytest.fixture

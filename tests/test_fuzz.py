@@ -61,7 +61,8 @@ def prepared(tmp_path_factory):
     np.asarray(train, np.uint16).tofile(folder / "train.bin")
     np.asarray(val, np.uint16).tofile(folder / "val.bin")
     (folder / "meta.json").write_text(json.dumps(dict(tokenizer="byte", vocab_size=257, eot=256, dtype="uint16",
-                                                      train_tokens=2000, val_tokens=600)))
+                                                      train_tokens=2000, val_tokens=600,
+                                                      sha256=data.token_checksums(str(folder)))))
     return folder
 
 
