@@ -215,8 +215,10 @@ class SignalStop:
             return self.received is not None
         if not log_step:
             return False
-        flag = torch.tensor(float(self.received is not None), device=env.device)
-        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        flag = torch.tensor(float(getattr(signal, self.received) if self.received else 0), device=env.device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)  # the signal's number: every rank stops under its name
+        if flag and self.received is None:  # another rank's signal
+            self.received = signal.Signals(int(flag)).name
         return bool(flag)
 
     def restore(self):

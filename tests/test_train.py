@@ -4,6 +4,7 @@ import json
 import math
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -225,16 +226,25 @@ def test_resume_after_kill_reproduces_uninterrupted_losses(data_dir, tmp_path):
         json.load(open(os.path.join(ref, "result.json")))["val_loss"]
 
 
-def test_ddp_two_ranks_match_one_process_with_accumulation(data_dir, tmp_path):
-    common = TINY + data_dir + ["--max_iters=8", "--eval_interval=4", "--grad_accum=2"]
-    one, two = str(tmp_path / "one"), str(tmp_path / "two")
-    subprocess.run([sys.executable, "train.py"] + common + [f"--out_dir={one}"], cwd=REPO, check=True,
-                   capture_output=True)
+DDP_RUN = ["--max_iters=24", "--eval_interval=8", "--grad_accum=2"]
+
+
+@pytest.fixture(scope="module")
+def two_ranks(data_dir, tmp_path_factory):
+    """A 2-rank run under torchrun (gloo): its run directory."""
+    two = str(tmp_path_factory.mktemp("two_ranks") / "run")
     env = dict(os.environ, OMP_NUM_THREADS="1")
     res = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                          "train.py"] + common + [f"--out_dir={two}"], cwd=REPO, capture_output=True, text=True,
-                         env=env)
+                          "train.py"] + TINY + data_dir + DDP_RUN + [f"--out_dir={two}"], cwd=REPO, capture_output=True,
+                         text=True, env=env)
     assert res.returncode == 0, res.stderr[-3000:]
+    return two
+
+
+def test_ddp_two_ranks_match_one_process_with_accumulation(data_dir, tmp_path, two_ranks):
+    one, two = str(tmp_path / "one"), two_ranks
+    subprocess.run([sys.executable, "train.py"] + TINY + data_dir + DDP_RUN + [f"--out_dir={one}"], cwd=REPO,
+                   check=True, capture_output=True)
     a, b = losses(one), losses(two)
     assert a.keys() == b.keys()
     for step in a:  # all-reduce sums in another order than accumulation: equal up to float rounding
@@ -552,6 +562,54 @@ def test_a_stop_signal_finishes_the_step_saves_and_the_resumed_run_is_the_uninte
     train.main(common + [f"--out_dir={cut}", "--resume"])
     assert losses(cut) == uninterrupted  # bit for bit
     assert json.load(open(os.path.join(cut, "result.json")))["wall_s"] > saved["wall_s"]  # both segments
+
+
+def test_a_signal_to_one_ddp_rank_stops_both_at_the_same_step_and_the_resumed_run_is_the_uninterrupted_one(
+        data_dir, tmp_path, two_ranks):
+    """A SIGTERM to one rank of a 2-rank run only (a node's agent, an OOM warning, a kill by pid): the ranks agree at
+    the next log step (SignalStop.due: one all_reduce of the signal), both stop after that step (a rank that left
+    alone would leave the other waiting in a collective), rank 0 saves, both exit with EXIT_RESUMABLE, and the
+    resumed run is the uninterrupted one (two_ranks, under torchrun). The ranks here are started with the
+    environment torchrun gives its workers, so that the test signals one by its pid and reads each one's exit
+    code (torchrun would report only the first to exit, and SIGTERM the other)."""
+    cut = str(tmp_path / "cut")
+    ranks = start_ranks(TINY + data_dir + DDP_RUN + [f"--out_dir={cut}"])
+    deadline = time.time() + 120
+    while time.time() < deadline and max(logged_steps(cut), default=-1) < 2:  # training, past its first steps
+        time.sleep(0.01)
+    ranks[1].send_signal(signal.SIGTERM)
+    out = [rank.communicate(timeout=120)[0] for rank in ranks]
+    assert [rank.returncode for rank in ranks] == [checkpoint.EXIT_RESUMABLE] * 2, out[0][-2000:] + out[1][-2000:]
+    saved = torch.load(os.path.join(cut, "ckpt.pt"), weights_only=True)["step"]
+    assert 3 <= saved < 24 and f"SIGTERM: stopped before step {saved} and saved" in out[0]
+    assert max(losses(cut)) == saved - 1  # the step both finished is the last one logged
+    ranks = start_ranks(TINY + data_dir + DDP_RUN + [f"--out_dir={cut}", "--resume"])
+    out = [rank.communicate(timeout=120)[0] for rank in ranks]
+    assert [rank.returncode for rank in ranks] == [0, 0], out[0][-2000:] + out[1][-2000:]
+    assert losses(cut) == losses(two_ranks)  # bit for bit
+
+
+def start_ranks(args, n=2):
+    """n train.py processes as the ranks of one run, with the environment torchrun gives its workers (gloo)."""
+    with socket.socket() as s:  # a free port for the rendezvous
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = dict(os.environ, OMP_NUM_THREADS="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE=str(n),
+               LOCAL_WORLD_SIZE=str(n))
+    return [subprocess.Popen([sys.executable, "train.py"] + args, cwd=REPO, text=True, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, env=dict(env, RANK=str(rank), LOCAL_RANK=str(rank)))
+            for rank in range(n)]
+
+
+def logged_steps(out_dir):
+    """The training steps log.jsonl holds so far (a line being written is skipped)."""
+    path, steps = os.path.join(out_dir, "log.jsonl"), []
+    for line in open(path) if os.path.exists(path) else ():
+        try:
+            steps.append(json.loads(line)["step"])
+        except ValueError:
+            pass
+    return steps
 
 
 def test_a_second_ctrl_c_stops_at_once(data_dir, tmp_path, monkeypatch):
