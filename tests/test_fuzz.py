@@ -250,7 +250,7 @@ def cli_targets():
                      wrong_values(simple(vars(sample))) + COMMON_BAD + [
                          "--ckpt=", "--ckpt={NOWHERE}", "--ckpt={FILE}", "--ckpt={EMPTY}", "--temperature=-1",
                          "--top_k=-1", "--num_samples=0", "--max_new_tokens=0", "--seed=-1", "--exit_tau=-1",
-                         "--dtype=float16", "--exit_criterion=nonsense", "--exit_criterion=oracle",
+                         "--dtype=float64", "--exit_criterion=nonsense", "--exit_criterion=oracle",
                          "--exit_fill=nonsense", "--prompt=FILE:{NOWHERE}", "--prompt=FILE:{EMPTY}",
                          "--prompt=FILE:{LONG}"],
                      [(GPT, "generate", started), (early_exit, "generate_with_exit", started)])
@@ -259,7 +259,7 @@ def cli_targets():
         "--ckpt=", "--ckpt={NOWHERE}", "--ckpt={FILE}", "--names=a,b", "--limit=-1", "--shots=-2", "--loops=0",
         "--loops=abc", "--budget=x", "--budget=0", "--budget=9", "--exit_tau=-1", "--exit_tau=abc",
         "--criterion=nonsense", "--criterion=oracle", "--exit_fill=nonsense", "--batch_size=0", "--batch_tokens=0",
-        "--text_tokens=0", "--seed=-1", "--bench_items=0", "--dtype=float16", "--out_dir={FILE}/x", "--schedule=abc",
+        "--text_tokens=0", "--seed=-1", "--bench_items=0", "--dtype=float64", "--out_dir={FILE}/x", "--schedule=abc",
         "--schedule=0", "--schedule=1,1"]
     eval_base = ["--ckpt={LOOPED}", "--tasks=probes", "--limit=2", "--out_dir={OUT}", "--data_dir={EVALROWS}"]
     eval_stubs = [(ev, "Scorer", started), (ev, "download", started), (ev, "benchmark", started),
@@ -273,7 +273,7 @@ def cli_targets():
     exit_bad = wrong_values(simple(vars(early_exit), lower=True)) + COMMON_BAD + [
         "--ckpt=", "--ckpt={NOWHERE}", "--ckpt={FILE}", "--ckpt={EMPTY}", "--names=a,b", "--mode=nonsense",
         "--criteria=nonsense", "--eval_tokens=0", "--eval_tokens=8", "--batch_size=0", "--block_size=-1",
-        "--block_size=100", "--n_tau=0", "--data_dir={NOWHERE}", "--data_dir={GPT2DATA}", "--dtype=float16",
+        "--block_size=100", "--n_tau=0", "--data_dir={NOWHERE}", "--data_dir={GPT2DATA}", "--dtype=float64",
         "--out_dir={FILE}/x", "--schedule=abc", "--schedule=0", "--budget=-1", "--fill=nonsense", "--taus=abc",
         "--taus=-1", "--prompt_len=0", "--new_tokens=1", "--bench_batch=0", "--repeats=0"]
     exit_base = ["--ckpt={LOOPED}", "--data_dir={DATA}", "--out_dir={OUT}", "--eval_tokens=64", "--n_tau=4"]
@@ -362,7 +362,7 @@ def cli_targets():
                                      "--head_dim=16", "--block_size=16", "--batch_size=1", "--steps=1", "--rounds=1",
                                      "--warmup=0"],
                     wrong_values(simple(vars(bench))) + model_bad + COMMON_BAD + [
-                        "--preset=nonsense", "--dtypes=", "--dtypes=float16", "--compiles=maybe", "--compiles=",
+                        "--preset=nonsense", "--dtypes=", "--dtypes=float64", "--compiles=maybe", "--compiles=",
                         "--clock=nonsense", "--steps=0", "--rounds=0", "--warmup=-1", "--batch_size=0",
                         "--threads=-1", "--out={FILE}/x", ("--preset=gpu", "--device=cpu")],
                     [(bench, "cpu_matmul_rate", lambda *a: 1e9), (bench, "make_setup", started)])
@@ -371,7 +371,7 @@ def cli_targets():
                                              "--steps=1", "--warmup=0", "--repeats=1", "--ffn_tokens=0"],
                         wrong_values({k: getattr(bench_moe, k) for k in bench_moe.SCRIPT_KEYS}) + model_bad +
                         COMMON_BAD + [
-                            "--n_expert=0", "--clock=cpu", "--paths=nonsense", "--paths=", "--dtypes=float16",
+                            "--n_expert=0", "--clock=cpu", "--paths=nonsense", "--paths=", "--dtypes=float64",
                             "--seq_len=1000", "--seq_len=0", "--steps=0", "--repeats=0", "--warmup=-1",
                             "--ffn_tokens=-1", "--threads=-1", "--batch_size=0", "--out={FILE}/x", "--top_k=9"],
                         [(bench_moe, "bench_models", started)])
