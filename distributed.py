@@ -19,12 +19,15 @@ from optim import is_sharded
 
 
 def pick_device(name):
-    """The torch device for a script's device key: auto = cuda if there is one, else cpu. A CUDA device that this
-    machine does not have is one line (ConfigError)."""
+    """The torch device for a script's device key: auto = CUDA if there is a GPU, else Apple's MPS, else the CPU. A
+    device that this machine does not have is one line (ConfigError)."""
     if name == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if not re.fullmatch(r"cpu|cuda(:\d+)?", name):
-        raise ConfigError(f"config error: --device={name!r} is not one of auto | cpu | cuda | cuda:N")
+        return "cuda" if torch.cuda.is_available() else "mps" if torch.backends.mps.is_available() else "cpu"
+    if not re.fullmatch(r"cpu|mps|cuda(:\d+)?", name):
+        raise ConfigError(f"config error: --device={name!r} is not one of auto | cpu | mps | cuda | cuda:N")
+    if name == "mps" and not torch.backends.mps.is_available():
+        raise ConfigError("config error: --device=mps: this machine has no Apple GPU that torch can use "
+                          "(torch.backends.mps.is_available() is False); use --device=cpu or auto")
     if name.startswith("cuda"):
         index = int(name.split(":")[1]) if ":" in name else 0
         if index >= torch.cuda.device_count():
@@ -53,15 +56,18 @@ def setup(cfg):
     device = pick_device(cfg["device"])
     if device == "cuda":  # an indexed device (torch.cuda.set_device refuses a bare "cuda"): each rank its own GPU
         device = f"cuda:{local_rank}"
-    device_type = "cuda" if device.startswith("cuda") else "cpu"
+    device_type = device.split(":")[0]  # cuda | mps | cpu
     if device_type == "cpu":
         keep_freed_memory()
     if device_type == "cuda":
         torch.cuda.set_device(device)
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
-    dtype_name = cfg["dtype"] if cfg["dtype"] != "auto" else ("bfloat16" if device_type == "cuda" else "float32")
-    dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[dtype_name]
+    dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16,
+             "auto": default_dtype(device)}[cfg["dtype"]]
+    if dtype == torch.float16 and cfg["fsdp"]:
+        raise ConfigError("config error: --fsdp=True with float16 needs a sharded loss scaler, which train.py does "
+                          "not build: use --dtype=bfloat16 or float32 with --fsdp")
     ctx = nullcontext() if dtype == torch.float32 else torch.autocast(device_type, dtype=dtype)
     check_world(cfg["grad_accum"], world_size)
     say = print if master else (lambda *a, **k: None)
@@ -69,6 +75,15 @@ def setup(cfg):
         torch.set_num_threads(cpu_threads(cfg["threads"], say))
     return Env(ddp, rank, world_size, local_rank, master, device, device_type, dtype, ctx,
                cfg["grad_accum"] // world_size, say)
+
+
+def default_dtype(device):
+    """dtype=auto: bf16 on a CUDA GPU with native bf16 (compute capability 8.0 and later: A100, H100, RTX 30xx
+    on); fp16 with a loss scaler on older ones (the T4 of free notebooks: torch.cuda.is_bf16_supported() says True
+    there, through emulation); fp32 on a CPU, whatever it supports, and on Apple's MPS."""
+    if device.startswith("cuda"):
+        return torch.bfloat16 if torch.cuda.get_device_capability(device) >= (8, 0) else torch.float16
+    return torch.float32
 
 
 def check_world(grad_accum, world_size):
@@ -202,7 +217,7 @@ def gpu_bf16_peak(name):
 
 def peak_flops(device_type, dtype, say=print):
     """The reference FLOP/s for MFU, or None (no MFU): on a GPU its dense bf16 peak (bf16 runs only), on a CPU the
-    rate of a matmul timed here (cpu_matmul_rate)."""
+    rate of a matmul timed here (cpu_matmul_rate) in fp32 or native bf16; none on MPS or for fp16 on a CPU."""
     if device_type == "cuda":
         name = torch.cuda.get_device_name()
         peak = gpu_bf16_peak(name)
@@ -212,6 +227,12 @@ def peak_flops(device_type, dtype, say=print):
             say(f"no MFU: the peak of {name} is known for bfloat16 only")
             return None
         return peak
+    if device_type != "cpu":  # Apple's MPS: no peak table
+        say(f"no MFU on {device_type}: its peak FLOP/s is not known here")
+        return None
+    if dtype == torch.float16:  # fp16 on a CPU only tests the GPU path: its matmuls are emulated, far below fp32
+        say("no MFU: float16 on a CPU runs emulated matmuls (use it to test the GPU's fp16 path, not for speed)")
+        return None
     if dtype == torch.bfloat16 and not native_bf16():
         say("warning: this CPU has no native bf16 (avx512_bf16, amx_bf16 or Arm bf16): torch emulates it, tens of "
             "times slower than fp32 (use --dtype=float32); MFU is not reported")

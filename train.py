@@ -86,8 +86,8 @@ weight_decay = 1e-4  # weight decay on matrices
 wd_independent = True  # True: theta <- theta*(1 - wd*s_t), s_t = lr_t/lr (Lee et al.); False: torch AdamW's lr_t*wd
 grad_clip = 1.0  # clip the global gradient norm (0 = off)
 # system
-device = "auto"  # auto | cpu | cuda | cuda:N
-dtype = "auto"  # auto (bfloat16 on CUDA, float32 on CPU) | float32 | bfloat16
+device = "auto"  # auto (cuda, else mps, else cpu) | cpu | mps | cuda | cuda:N
+dtype = "auto"  # auto: bfloat16 on CUDA >= 8.0, float16 (loss-scaled) on older GPUs, else float32 | the three
 compile = False  # torch.compile each block (the depth loop stays in Python)
 cpu_kernels = True  # eager CPU runs: the fast paths of kernels.py (same math; a resume keeps the run's setting)
 threads = 0  # torch threads on CPU; 0 = auto: OMP_NUM_THREADS if set, else the cores the load average leaves idle
@@ -98,7 +98,7 @@ seed = 1337  # seeds the init and the batch order
 # ---------------------------------------------------------------------------------------------------------------
 _CHOICES = dict(tokenizer=("auto", "byte", "gpt2"), flops_convention=("lee", "schwethelm"),
                 optimizer=("adamw", "muonh"), schedule=("wsd_sqrt", "wsd_linear", "cosine", "linear", "constant"),
-                dtype=("auto", "float32", "bfloat16"), wandb_mode=("online", "offline"))
+                dtype=("auto", "float32", "bfloat16", "float16"), wandb_mode=("online", "offline"))
 
 
 def check_config(cfg):
@@ -117,8 +117,8 @@ def check_config(cfg):
     if source not in ("offline", "kjv", "shakespeare", "fineweb-edu") and not source.startswith("files:"):
         raise ConfigError(f"config error: --data_source={source!r} is not one of offline | kjv | shakespeare | "
                           "fineweb-edu | files:<glob>")
-    if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", cfg["device"]):
-        raise ConfigError(f"config error: --device={cfg['device']!r} is not one of auto | cpu | cuda | cuda:N")
+    if not re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", cfg["device"]):
+        raise ConfigError(f"config error: --device={cfg['device']!r} is not one of auto | cpu | mps | cuda | cuda:N")
     if cfg["wandb_project"] and importlib.util.find_spec("wandb") is None:
         raise ConfigError("config error: --wandb_project needs the wandb package: pip install wandb (or drop "
                           "--wandb_project; log.jsonl holds the same records)")
@@ -167,7 +167,8 @@ def evaluate(model, data, cfg, env):
 
 def build(cfg, model_cfg, ckpt, env):
     """The model (checkpointed and compiled blocks, DDP-wrapped or sharded: `model`; the bare one: `raw_model`),
-    its optimizer, and the step and best validation loss to start from (a resumed checkpoint's)."""
+    its optimizer, fp16's loss scaler (None in other dtypes), and the step and best validation loss to start from (a
+    resumed checkpoint's)."""
     torch.manual_seed(cfg["seed"])
     raw_model = GPT(model_cfg)
     raw_model.init_weights(cfg["seed"])
@@ -180,6 +181,7 @@ def build(cfg, model_cfg, ckpt, env):
     if cfg["fsdp"]:
         shard_model(raw_model, env.dtype)
     optimizer = make_optimizer(raw_model, cfg, env.device_type)
+    scaler = torch.amp.GradScaler(env.device_type) if env.dtype == torch.float16 else None  # fp16's loss scale
     start_step, best_val = 0, float("inf")
     if ckpt is not None:
         if cfg["fsdp"]:
@@ -187,6 +189,8 @@ def build(cfg, model_cfg, ckpt, env):
         else:
             raw_model.load_state_dict(ckpt["model"])
             optimizer.load_state_dict(ckpt["optimizer"])
+        if scaler is not None and ckpt.get("scaler"):
+            scaler.load_state_dict(ckpt["scaler"])
         start_step, best_val = ckpt["step"], ckpt["best_val"]
         torch.set_rng_state(ckpt["rng_cpu"])
         env.say(f"resumed {cfg['out_dir']} at step {start_step}")
@@ -195,7 +199,7 @@ def build(cfg, model_cfg, ckpt, env):
         model = DDP(raw_model, device_ids=[env.local_rank] if env.device_type == "cuda" else None,
                     find_unused_parameters=cfg["ddp_find_unused"],
                     broadcast_buffers=False)  # each rank keeps its own MoE load counters (moe.update_biases sums them)
-    return model, raw_model, optimizer, start_step, best_val
+    return model, raw_model, optimizer, scaler, start_step, best_val
 
 
 def steps_for(cfg, raw_model):
@@ -383,7 +387,7 @@ def main(argv=None):
         model_cfg = GPTConfig(**ckpt["model_config"])
 
     # ---- model, optimizer, data ----
-    model, raw_model, optimizer, start_step, best_val = build(cfg, model_cfg, ckpt, env)
+    model, raw_model, optimizer, scaler, start_step, best_val = build(cfg, model_cfg, ckpt, env)
     T = model_cfg.block_size
     max_steps, tokens_per_step, flops_per_token = steps_for(cfg, raw_model)
     data = load_data(cfg, env, T, max(max_steps * tokens_per_step, T + 1))  # the tokens the run draws
@@ -405,6 +409,7 @@ def main(argv=None):
     def state(at):  # what a run resumed at step `at` needs (written only when saved)
         return None if not (env.master or cfg["fsdp"]) else lambda: dict(
             model=raw_model.state_dict(), optimizer=optimizer.state_dict(), model_config=model_cfg.to_dict(),
+            scaler=scaler.state_dict() if scaler is not None else None,
             train_config=cfg, step=at, best_val=best_val, val_loss=val_loss, rng_cpu=torch.get_rng_state(),
             data_position=dict(step=at, micro_batches_done=at * cfg["grad_accum"]), wall_s=log.wall())
     stop = SignalStop(env.say)  # SIGINT, SIGTERM, SIGUSR1/2: finish the step, save, exit (checkpoint.py)
@@ -430,7 +435,7 @@ def main(argv=None):
 
             loss, aux, grad_norm = train_step(model, optimizer, get_batch, env.accum, env.ctx, cfg["grad_clip"],
                                               cfg["weight_decay"] if cfg["wd_independent"] else 0.0, schedule,
-                                              env.world_size, rng)
+                                              env.world_size, rng, scaler)
             non_finite |= ~torch.isfinite(loss)
             logged = log.train(step, max_steps, tokens_per_step, loss, aux, grad_norm, cfg["lr"] * schedule, non_finite,
                                checkpoints.stop)

@@ -1,14 +1,24 @@
 """fp16 training with a loss scaler (GPUs without native bf16, such as the T4 of free notebook services), tested on
 the CPU through the GPU's code path: the scaler's mechanics change nothing at scale 1; scaled fp16 gradients are
 fp32's within fp16 rounding; a step whose gradients overflow is skipped whole (the weights, their independent decay,
-the MoE bias step) and the scale halves; the CPU cross-entropy kernel hands fp16 logits to the plain loss."""
+the MoE bias step) and the scale halves; the CPU cross-entropy kernel hands fp16 logits to the plain loss; train.py
+in fp16 keeps the scaler in its checkpoint and resumes bit for bit. And the device and dtype a run picks: CUDA, then
+Apple's MPS, then the CPU; fp16 on GPUs without native bf16; FSDP with fp16 refused."""
 import copy
+import os
+import signal
 
+import pytest
 import torch
 
+import checkpoint
+import distributed
 import kernels
 import optim
+import train
+from configurator import ConfigError
 from model import GPT, GPTConfig
+from test_train import TINY as TRAIN_TINY, data_dir, losses  # noqa: F401 (data_dir is a fixture)
 
 TINY = dict(block_size=16, vocab_size=61, n_layer=2, n_embd=32, head_dim=16, n_loop=2, n_expert=4, top_k=2,
             moe_bias_rate=0.01)
@@ -85,3 +95,65 @@ def test_the_cpu_loss_kernel_leaves_fp16_logits_to_the_plain_loss():
     (ga,) = torch.autograd.grad(fast.loss(logits, targets), logits)
     (gb,) = torch.autograd.grad(plain.loss(logits, targets), logits)
     assert torch.equal(ga, gb)
+
+
+# ---- devices and dtypes: what students have, with the device queries stubbed ----
+
+def test_auto_picks_cuda_then_mps_then_the_cpu(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: True)
+    assert distributed.pick_device("auto") == "mps" and distributed.pick_device("mps") == "mps"
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+    assert distributed.pick_device("auto") == "cpu"
+    with pytest.raises(ConfigError, match="--device=mps: this machine has no Apple GPU"):
+        distributed.pick_device("mps")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert distributed.pick_device("auto") == "cuda"
+
+
+@pytest.mark.parametrize("capability, dtype", [((7, 5), torch.float16), ((8, 0), torch.bfloat16),
+                                               ((9, 0), torch.bfloat16)])
+def test_the_default_dtype_follows_the_gpus_native_bf16(monkeypatch, capability, dtype):
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+    assert distributed.default_dtype("cuda:0") == dtype  # a T4 (7.5) emulates bf16: fp16 with a loss scaler
+    assert distributed.default_dtype("cpu") == distributed.default_dtype("mps") == torch.float32
+
+
+def test_fsdp_with_fp16_is_refused_in_one_line(monkeypatch):
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    monkeypatch.setattr(distributed.dist, "init_process_group", lambda backend: None)
+    monkeypatch.setattr(distributed.dist, "get_rank", lambda: 0)
+    monkeypatch.setattr(distributed.dist, "get_world_size", lambda: 1)
+    cfg = {k: v for k, v in vars(train).items() if not k.startswith("_")}
+    with pytest.raises(ConfigError, match="--fsdp=True with float16 needs a sharded loss scaler"):
+        distributed.setup(dict(cfg, device="cpu", dtype="float16", fsdp=True))
+
+
+def test_train_py_in_fp16_learns_saves_its_scaler_and_resumes_bit_for_bit(data_dir, tmp_path, monkeypatch):
+    """The GPU's fp16 path on the CPU (autocast fp16, the loss scaler; the CPU fast paths off, as on a GPU): a run
+    stopped by SIGTERM after step 5 resumes to the uninterrupted run's losses, its scaler's state restored."""
+    run = TRAIN_TINY + data_dir + ["--dtype=float16", "--cpu_kernels=False", "--n_loop=2", "--n_expert=4",
+                                   "--moe_bias_rate=0.001", "--max_iters=12", "--eval_interval=4"]
+    whole, cut = str(tmp_path / "whole"), str(tmp_path / "cut")
+    train.main(run + [f"--out_dir={whole}"])
+    ref = losses(whole)
+    assert ref[11] < ref[0]
+    scaler = torch.load(os.path.join(whole, "ckpt.pt"), weights_only=True)["scaler"]
+    assert scaler["scale"] > 0 and "_growth_tracker" in scaler
+    real_step, calls = train.train_step, []
+
+    def step_then_term(*args, **kwargs):
+        assert isinstance(args[-1], torch.amp.GradScaler)  # train.py hands the scaler to the step
+        out = real_step(*args, **kwargs)
+        calls.append(1)
+        if len(calls) == 6:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return out
+    monkeypatch.setattr(train, "train_step", step_then_term)
+    with pytest.raises(SystemExit) as e:
+        train.main(run + [f"--out_dir={cut}"])
+    assert e.value.code == checkpoint.EXIT_RESUMABLE
+    monkeypatch.setattr(train, "train_step", real_step)
+    train.main(run + [f"--out_dir={cut}", "--resume"])
+    assert losses(cut) == ref
