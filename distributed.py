@@ -63,8 +63,7 @@ def setup(cfg):
         torch.cuda.set_device(device)
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
-    dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16,
-             "auto": default_dtype(device)}[cfg["dtype"]]
+    dtype = default_dtype(device) if cfg["dtype"] == "auto" else getattr(torch, cfg["dtype"])
     if dtype == torch.float16 and cfg["fsdp"]:
         raise ConfigError("config error: --fsdp=True with float16 needs a sharded loss scaler, which train.py does "
                           "not build: use --dtype=bfloat16 or float32 with --fsdp")
