@@ -257,14 +257,20 @@ def save_checkpoint(path, state):
     except (OSError, RuntimeError) as e:  # torch reports a full disk as a RuntimeError of its zip writer
         if os.path.exists(tmp):
             os.remove(tmp)
-        folder = os.path.dirname(os.path.abspath(path))
-        kept = f"the last checkpoint, {path}, is intact" if os.path.exists(path) else "no checkpoint was written"
-        free = shutil.disk_usage(folder).free
-        if getattr(e, "errno", None) == errno.ENOSPC or free < 64 * 2 ** 20:
-            raise ConfigError(f"no space left on {folder} ({free / 2 ** 20:.0f} MiB free) writing {tmp}: {kept}; "
-                              "free some space, then --resume") from None
-        raise ConfigError(f"cannot write {tmp} ({str(e)[:80]}): {kept}") from None
+        raise write_failed(e, path, tmp) from None
     os.replace(tmp, path)
+
+
+def write_failed(e, path, tmp):
+    """The one line for a checkpoint write that failed (its partial tmp already removed): a full disk named as
+    such, and whether the last complete checkpoint at path is intact."""
+    folder = os.path.dirname(os.path.abspath(path))
+    kept = f"the last checkpoint, {path}, is intact" if os.path.exists(path) else "no checkpoint was written"
+    free = shutil.disk_usage(folder).free
+    if getattr(e, "errno", None) == errno.ENOSPC or free < 64 * 2 ** 20:
+        return ConfigError(f"no space left on {folder} ({free / 2 ** 20:.0f} MiB free) writing {tmp}: {kept}; "
+                           "free some space, then --resume")
+    return ConfigError(f"cannot write {tmp} ({str(e)[:80]}): {kept}")
 
 
 class Checkpoints:
@@ -369,7 +375,13 @@ def save_sharded(path, model, optimizer, run_state, master):
     state = {"model": get_model_state_dict(model)}
     if any(o.state for o in parts):
         state["optimizer"] = get_optimizer_state_dict(model, parts)
-    dcp.save(state, checkpoint_id=tmp)  # returns once every shard and the metadata are written (and fsynced)
+    from torch.distributed.checkpoint.api import CheckpointException  # (a BaseException, not an Exception)
+    try:
+        dcp.save(state, checkpoint_id=tmp)  # returns once every shard and the metadata are written (and fsynced)
+    except (OSError, RuntimeError, CheckpointException) as e:  # a full disk on any rank: the last one stays
+        if master:
+            shutil.rmtree(tmp, ignore_errors=True)
+        raise write_failed(e, path, tmp) from None
     if master:
         save_checkpoint(os.path.join(tmp, "run.pt"), dict(run_state, optimizer_saved="optimizer" in state))
         replace_dir(tmp, path)

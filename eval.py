@@ -1282,34 +1282,39 @@ def main(argv=None):
     texts = [t for t in cfg["text"].split(",") if t] if "perplexity" in cfg["tasks"].split(",") or cfg["text"] else []
     if "perplexity" in cfg["tasks"].split(",") and not texts:
         raise ConfigError("eval.py: the perplexity task needs --text=val (or files, or fineweb-edu)")
-    results = {}
-    for name, path, model, state in runs:
-        tok = run_tokenizer(model, state)
-        docs = [text_documents(t, tok, state, cfg["text_tokens"]) for t in texts]
-        results[name] = {}
-        for setting in depths[name]:
-            print(f"{name} [{setting.name}]: {path}", file=sys.stderr)
-            try:
-                scorer = Scorer(model, tok, setting, cfg["batch_size"], cfg["batch_tokens"], cfg["shared"], auto)
-            except ValueError as e:  # e.g. hyper-connections have no parameters for more passes
-                print(f"  skipped: {e}", file=sys.stderr)
-                continue
-            task_results = {}
-            for tname, k, metric, _, _ in plan:
-                if tname not in task_results:
-                    task_results[tname] = evaluate_task(scorer, TASKS[tname], items[(tname, k)],
-                                                        pmi=any(m == "acc_pmi" for t, _, m, _, _ in plan
-                                                                if t == tname), progress=cfg["progress"])
-            for label, d in docs:
-                task_results[f"ppl_{label}"] = evaluate_perplexity(scorer, label, d, cfg["progress"])
-            results[name][setting.name] = dict(tasks=task_results, suites=suite_averages(task_results, plan),
-                                               setting=setting._asdict())
+    results = {name: evaluate_run(name, path, model, state, depths[name], plan, items, texts, cfg, auto)
+               for name, path, model, state in runs}
     full_plan = plan + [(f"ppl_{text_label(t)}", 0, "perplexity", f"ppl_{text_label(t)}", "") for t in texts]
     early_exit.write_json(prefix + ".json", dict(config=cfg, plan=full_plan, results=results))
     print_table(results, full_plan)
     plot(results, full_plan, prefix + ".png")
     print(f"\nwrote {prefix}.json and {prefix}.png")
     return results
+
+
+def evaluate_run(name, path, model, state, settings, plan, items, texts, cfg, auto):
+    """{setting name: its task results and suite averages} of one checkpoint at each of its depth settings."""
+    tok = run_tokenizer(model, state)
+    docs = [text_documents(t, tok, state, cfg["text_tokens"]) for t in texts]
+    out = {}
+    for setting in settings:
+        print(f"{name} [{setting.name}]: {path}", file=sys.stderr)
+        try:
+            scorer = Scorer(model, tok, setting, cfg["batch_size"], cfg["batch_tokens"], cfg["shared"], auto)
+        except ValueError as e:  # e.g. hyper-connections have no parameters for more passes
+            print(f"  skipped: {e}", file=sys.stderr)
+            continue
+        task_results = {}
+        for tname, k, metric, _, _ in plan:
+            if tname not in task_results:
+                task_results[tname] = evaluate_task(scorer, TASKS[tname], items[(tname, k)],
+                                                    pmi=any(m == "acc_pmi" for t, _, m, _, _ in plan if t == tname),
+                                                    progress=cfg["progress"])
+        for label, d in docs:
+            task_results[f"ppl_{label}"] = evaluate_perplexity(scorer, label, d, cfg["progress"])
+        out[setting.name] = dict(tasks=task_results, suites=suite_averages(task_results, plan),
+                                 setting=setting._asdict())
+    return out
 
 
 def main_bench(cfg, runs, prefix, auto):

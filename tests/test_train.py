@@ -685,3 +685,26 @@ def test_a_full_disk_is_one_line_and_keeps_the_last_checkpoint(tmp_path, monkeyp
 def shutil_usage(free):
     import collections
     return collections.namedtuple("usage", "total used free")(2 ** 40, 2 ** 40 - free, free)
+
+
+def test_a_full_disk_during_a_sharded_save_is_one_line_and_keeps_the_last_checkpoint(tmp_path, monkeypatch):
+    """--fsdp's DCP save on a full disk (as DCP reports a failed rank: a CheckpointException): one line, the partial
+    ckpt.tmp/ removed, the last complete ckpt/ untouched."""
+    from torch.distributed.checkpoint.api import CheckpointException
+    import torch.distributed.checkpoint as dcp
+    path = str(tmp_path / "ckpt")
+    os.makedirs(path)
+    open(os.path.join(path, "run.pt"), "wb").write(b"the last complete checkpoint")
+
+    def full(state, checkpoint_id):
+        os.makedirs(checkpoint_id)
+        open(os.path.join(checkpoint_id, "__0_0.distcp"), "wb").write(b"partial")
+        raise CheckpointException("save", {0: OSError(28, "No space left on device")})
+    monkeypatch.setattr(dcp, "save", full)
+    monkeypatch.setattr(checkpoint.shutil, "disk_usage", lambda p: shutil_usage(free=1024))
+    model = GPT(GPTConfig(n_layer=1, n_embd=16, head_dim=8, vocab_size=11, block_size=8))
+    optimizer = torch.optim.AdamW(model.parameters())
+    with pytest.raises(ConfigError, match=f"no space left on {tmp_path} .*the last checkpoint, {path}, is intact"):
+        checkpoint.save_sharded(path, model, optimizer, {"step": 2}, master=True)
+    assert not os.path.exists(path + ".tmp")
+    assert open(os.path.join(path, "run.pt"), "rb").read() == b"the last complete checkpoint"
