@@ -221,7 +221,13 @@ def check_settings(cfg):
     for key, least in (("batch_size", 1), ("steps", 1), ("rounds", 1), ("warmup", 0), ("threads", 0)):
         if cfg[key] < least:
             raise ConfigError(f"config error: --{key}={cfg[key]} must be >= {least}")
-    for key, allowed in (("dtypes", ("float32", "bfloat16")), ("compiles", ("False", "True"))):
+    check_lists_and_out(cfg, dtypes=("float32", "bfloat16"), compiles=("False", "True"))
+
+
+def check_lists_and_out(cfg, **lists):
+    """One line for a comma-separated key with a value outside its allowed ones, or an --out in no directory
+    (bench.py and bench_moe.py)."""
+    for key, allowed in lists.items():
         names = [name.strip() for name in cfg[key].split(",") if name.strip()]
         if not names or any(name not in allowed for name in names):
             raise ConfigError(f"config error: --{key}={cfg[key]!r} must be a comma-separated list of "

@@ -14,7 +14,6 @@ slows them alike. Target (the MoE issue): ratio <= 1.3. Prints a table and, with
 On a CPU without native bf16 (see bench.py) bf16 is skipped with a one-line note: torch would emulate it.
 """
 import json
-import os
 import statistics
 import sys
 import time
@@ -27,7 +26,7 @@ from distributed import pick_device
 from model import GPT, MLP, GPTConfig
 import kernels
 import moe
-from bench import runnable_dtypes
+from bench import check_lists_and_out, runnable_dtypes
 from distributed import cpu_threads
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -167,14 +166,7 @@ def main(argv=None):
     if cfg["seq_len"] > model_cfg.block_size:
         raise ConfigError(f"config error: --seq_len={cfg['seq_len']} is longer than block_size="
                           f"{model_cfg.block_size}: lower it or raise --block_size")
-    for key, allowed in (("dtypes", ("float32", "bfloat16")), ("paths", tuple(moe.DISPATCH))):
-        names = [name.strip() for name in cfg[key].split(",") if name.strip()]
-        if not names or any(name not in allowed for name in names):
-            raise ConfigError(f"config error: --{key}={cfg[key]!r} must be a comma-separated list of "
-                              f"{' | '.join(allowed)}")
-    if cfg["out"] and not os.path.isdir(os.path.dirname(os.path.abspath(cfg["out"]))):
-        raise ConfigError(f"config error: --out={cfg['out']}: {os.path.dirname(os.path.abspath(cfg['out']))} is not "
-                          "a directory: create it or choose another --out")
+    check_lists_and_out(cfg, dtypes=("float32", "bfloat16"), paths=tuple(moe.DISPATCH))
     dev = torch.device(pick_device(cfg["device"]))
     if dev.type == "cpu":
         torch.set_num_threads(cpu_threads(cfg["threads"]))

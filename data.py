@@ -699,6 +699,18 @@ class TokenData:
         return float(-(p * np.log(p)).sum())
 
 
+def json_lines(path, advice, prefix=""):
+    """(line number, row) of each non-blank line of a JSON-lines file; a line that is not JSON (or not UTF-8) stops
+    in one line naming the file and line, then `advice`."""
+    with open(path, "rb") as f:
+        for n, line in enumerate(f, 1):
+            if line.strip():
+                try:
+                    yield n, json.loads(line.decode("utf-8"))
+                except ValueError as e:  # UnicodeDecodeError is one too
+                    raise ConfigError(f"{prefix}{path}, line {n}: not a JSON row ({str(e)[:80]}): {advice}") from None
+
+
 def to_device(x, y, device):
     """Move a batch; on CUDA through pinned memory, asynchronously (a copy from pageable memory would wait for
     the device to finish its queued work first)."""

@@ -109,6 +109,7 @@ import torch
 
 import early_exit
 from configurator import ConfigError
+from data import json_lines
 from early_exit import log_probs
 from checkpoint import load_model
 from distributed import pick_device
@@ -373,16 +374,7 @@ def read_rows(path):
     if path.endswith(".parquet"):
         import pyarrow.parquet as pq
         return pq.read_table(path).to_pylist()
-    rows = []
-    with open(path, "rb") as f:
-        for n, line in enumerate(f, 1):
-            if line.strip():
-                try:
-                    rows.append(json.loads(line.decode("utf-8")))
-                except ValueError as e:  # UnicodeDecodeError is one too
-                    raise ConfigError(f"eval.py: {path}, line {n}: not a JSON row ({str(e)[:80]}): mend the line or "
-                                      "fetch the split again (--fetch)") from None
-    return rows
+    return [row for _, row in json_lines(path, "mend the line or fetch the split again (--fetch)", "eval.py: ")]
 
 
 def fetch_command(names, data_dir):

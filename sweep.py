@@ -54,7 +54,7 @@ from collections import namedtuple
 import numpy as np
 
 from configurator import ConfigError
-from data import TOKENIZER_VOCAB  # a named tokenizer sets the vocabulary train.py trains with (data.training_vocab)
+from data import TOKENIZER_VOCAB, json_lines  # a named tokenizer sets the vocabulary (data.training_vocab)
 from scaling import cli_arg, count_params, flops_per_token, model_on_meta, train_defaults
 
 TRAIN_PY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "train.py")  # describes the keys
@@ -211,16 +211,10 @@ def read_results(path):
     if not os.path.isfile(path):
         raise ConfigError(f"no results file at {path}: run `python scaling.py sweep SPEC` first")
     rows = []
-    with open(path, "rb") as f:
-        for n, line in enumerate(f, 1):
-            if line.strip():
-                try:
-                    rows.append(json.loads(line.decode("utf-8")))
-                except ValueError as e:  # UnicodeDecodeError is one too
-                    raise ConfigError(f"{path}, line {n}: not a JSON row ({str(e)[:80]}): mend or remove the line"
-                                      ) from None
-                if not isinstance(rows[-1], dict):
-                    raise ConfigError(f"{path}, line {n}: not a result row (a JSON object): mend or remove the line")
+    for n, row in json_lines(path, "mend or remove the line"):
+        if not isinstance(row, dict):
+            raise ConfigError(f"{path}, line {n}: not a result row (a JSON object): mend or remove the line")
+        rows.append(row)
     return rows
 
 
