@@ -269,10 +269,11 @@ def main(argv=None):
         if not on_cuda:
             for dtype in peaks:
                 peaks[dtype] = max(peaks[dtype], cpu_matmul_rate(dtype, now))
-    for s in setups:  # after the timings: explain resets dynamo's caches
+    for s in setups:
         s["peak"] = peaks[s["torch_dtype"]]
         if on_cuda:
             s.update(probe_step(s["step"], s["model"], s["optimizer"]))
+    for s in setups:  # after the timings and every probe: explain resets dynamo's caches (a probe would recompile)
         if s["compiled"]:
             s["graph_breaks"] = graph_breaks(s["model_cfg"], cfg["device"], s["ctx"], s["x"])
     ref = "bf16 peak" if on_cuda else f"{cfg['clock']}-clock matmul in this dtype, {torch.get_num_threads()} threads"

@@ -286,6 +286,27 @@ def sort_slots(experts_NK, E, capacity):
     return order_S, load_E, rank_S, keep_S
 
 
+def inverse_permutation(order_S):
+    """inverse[order[i]] = i."""
+    return torch.empty_like(order_S).scatter_(0, order_S, torch.arange(order_S.numel(), device=order_S.device))
+
+
+class PermuteRows(torch.autograd.Function):
+    """x[order] for a permutation `order` of x's rows, whose gradient is the inverse permutation of the incoming
+    one: a gather, where autograd's backward of index_select is an index_add (atomic adds, which torch.compile
+    leaves to a slow eager kernel for bf16 on CUDA; the GPU profile in the README's MoE section)."""
+
+    @staticmethod
+    def forward(ctx, x, order, inverse):
+        ctx.save_for_backward(inverse)
+        return x.index_select(0, order)
+
+    @staticmethod
+    def backward(ctx, grad):
+        inverse, = ctx.saved_tensors
+        return grad.index_select(0, inverse), None, None
+
+
 def combine(y_SC, order_S, gates_NK, keep_S):
     """The gated sum of each token's K expert outputs. y_SC: outputs in expert-sorted slot order (slot
     order_S[i] is row i). Slots over capacity (keep_S False) get gate 0."""
@@ -295,17 +316,17 @@ def combine(y_SC, order_S, gates_NK, keep_S):
         gates_S = gates_S * keep_S
     weighted_SC = y_SC * gates_S[:, None]
     if y_SC.is_cuda:  # back to slot order, then sum each token's K rows: deterministic, no atomic adds
-        unsort_S = torch.empty_like(order_S).scatter_(0, order_S, torch.arange(order_S.numel(), device=order_S.device))
-        return weighted_SC.index_select(0, unsort_S).view(N, K, -1).sum(1)
+        return PermuteRows.apply(weighted_SC, inverse_permutation(order_S), order_S).view(N, K, -1).sum(1)
     # CPU: one index_add (deterministic there), faster than unsort + sum (bench_moe.py)
     return weighted_SC.new_zeros(N, y_SC.size(1)).index_add(0, order_S // K, weighted_SC)
 
 
 def dispatch_grouped(x_NC, experts_NK, gates_NK, w_up, w_down, kind, capacity, compiled=False):
     """Sort by expert, one grouped matmul per projection over the jagged expert groups (no host sync)."""
-    E, K = w_up.size(0), experts_NK.size(1)
+    E, K, (N, C) = w_up.size(0), experts_NK.size(1), x_NC.shape
     order_S, load_E, _, keep_S = sort_slots(experts_NK, E, capacity)
-    x_SC = x_NC.index_select(0, order_S // K)  # rows grouped by expert
+    x_SC = x_NC[:, None].expand(N, K, C).reshape(N * K, C)  # one row per slot, then the rows grouped by expert
+    x_SC = PermuteRows.apply(x_SC, order_S, inverse_permutation(order_S))
     offs_E = torch.cumsum(load_E, 0).to(torch.int32)  # end of each expert's rows
     y_SC = expert_ffn(lambda a, w: F.grouped_mm(a, w.transpose(-2, -1), offs=offs_E), x_SC, w_up, w_down, kind)
     return combine(y_SC, order_S, gates_NK, keep_S)  # dropped slots were computed (static shapes), gated to 0

@@ -163,10 +163,24 @@ def test_paths_match_float64_reference(case, path):
 
 def test_capacity_case_really_drops():
     m = make_moe(moe_capacity_factor=0.5)
-    N, K, E = 12, m.top_k, m.n_expert
+    N, E = 12, m.n_expert
     assert m.capacity(N) == 3  # ceil(0.5 * 12 * 2 / 4)
     _, _, experts, _ = m.route(torch.randn(N, 32, generator=torch.Generator().manual_seed(1)))
     assert torch.bincount(experts.flatten(), minlength=E).max() > 3  # some slots are over capacity
+
+
+def test_permute_rows_gradient_is_the_inverse_permutation():
+    """moe.PermuteRows (the grouped path and CUDA's combine) gives what index_select gives, values and gradients
+    bit for bit: each row of a permutation receives exactly one gradient row, so the gather adds nothing."""
+    x = torch.randn(12, 5, dtype=torch.float64, requires_grad=True)
+    order = torch.randperm(12, generator=torch.Generator().manual_seed(0))
+    g = torch.randn(12, 5, dtype=torch.float64)
+    (ref,) = torch.autograd.grad(x.index_select(0, order), x, g)
+    out = moe.PermuteRows.apply(x, order, moe.inverse_permutation(order))
+    assert torch.equal(out, x.index_select(0, order))
+    (got,) = torch.autograd.grad(out, x, g)
+    assert torch.equal(got, ref)
+    assert torch.equal(moe.inverse_permutation(order)[order], torch.arange(12))
 
 
 @pytest.mark.parametrize("path", PATHS)
