@@ -237,11 +237,17 @@ def import_folder(folder, out):
         raise ConfigError(f"{folder}/{WEIGHTS} does not fit the model of its config.json: "
                           f"{str(e).splitlines()[-1].strip()[:160]}") from None
     train_config = dict(tokenizer=config.get("tokenizer", "gpt2"), cpu_kernels=bool(config.get("cpu_kernels", True)))
+    write_run(out, model, train_config, folder)
+
+
+def write_run(out, model, train_config, source):
+    """ckpt.pt and config.json as train.py writes them (the run's provenance: the folder it was imported from)."""
     os.makedirs(out, exist_ok=True)
-    torch.save(dict(model=model.state_dict(), model_config=cfg.to_dict(), train_config=train_config),
+    cfg = model.config.to_dict()
+    torch.save(dict(model=model.state_dict(), model_config=cfg, train_config=train_config),
                os.path.join(out, "ckpt.pt"))
-    write_json(os.path.join(out, "config.json"), dict(train=train_config, model=cfg.to_dict(),
-                                                      imported_from=os.path.abspath(folder)))
+    write_json(os.path.join(out, "config.json"), dict(train=train_config, model=cfg,
+                                                      imported_from=os.path.abspath(source)))
 
 
 def read_hf_config(folder):

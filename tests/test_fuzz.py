@@ -1,8 +1,8 @@
 """Random damage to every kind of input file a script reads (meta.json, token files, checkpoints, eval rows, config
 files) gives one line and no traceback: the reading succeeds, or stops with a ConfigError (one line, exit code 2
 through configurator.run). Random damage to every script's command line (train, sample, eval, early_exit, analyze,
-scaling and its subcommands, fits, bench, bench_moe) stops it with exit code 2 and one line on stderr before it
-starts its work. Property-based (hypothesis), derandomized, bounded so it runs in seconds."""
+scaling and its subcommands, fits, bench, bench_moe, export) stops it with exit code 2 and one line on stderr
+before it starts its work. Property-based (hypothesis), derandomized, bounded so it runs in seconds."""
 import dataclasses
 import functools
 import json
@@ -226,6 +226,7 @@ def cli_targets():
     import bench
     import bench_moe
     import early_exit
+    import export
     import fits
     import sample
     import scaling
@@ -375,6 +376,12 @@ def cli_targets():
                             "--seq_len=1000", "--seq_len=0", "--steps=0", "--repeats=0", "--warmup=-1",
                             "--ffn_tokens=-1", "--threads=-1", "--batch_size=0", "--out={FILE}/x", "--top_k=9"],
                         [(bench_moe, "bench_models", started)])
+    out["export"] = (export.main, [], ["--run={LOOPED}", "--out={OUT}"],
+                     wrong_values(simple(export.DEFAULTS)) + COMMON_BAD + [
+                         "--run=", "--run={NOWHERE}", "--run={FILE}", "--run={EMPTY}", "--out=", "--out={FILE}",
+                         "--import={NOWHERE}", ("--run=", "--import={NOWHERE}"), ("--run=", "--import={FILE}"),
+                         ("--run=", "--import={EMPTY}"), ("--run=", "--import={LOOPED}")],
+                     [(export, "save_weights", started), (export, "write_run", started)])
     return out
 
 
