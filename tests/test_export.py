@@ -1,14 +1,14 @@
 """export.py: tiny models of every family exported to Hugging Face format and loaded by transformers in a separate
 process whose working directory is a temporary folder, with an empty PYTHONPATH, HF_HOME / HF_MODULES_CACHE under
 it and the Hub offline, so only the exported files can serve (the repository's own files are out of its reach).
-There: logits bit for bit equal to ours (the same CPU fast paths) for every family and depth setting, greedy
-generate at batch 1 and 2 equal to GPT.generate's tokens (sample.py's), with an exit threshold equal to
-early_exit.generate_with_exit's (sample.py --exit_criterion=entropy), the tokenizers equal to data.py's; and
-lm-evaluation-harness's `hf` model on an export gives eval.py --harness's scores at two loop counts. In this
-process: the remote code equals the repository's files but for the rewritten import lines, export -> import ->
-export is byte-identical (also from an --fsdp run's sharded checkpoint), the imported run is read by the scripts,
-and bad input is one line. The loading runs in as few processes as possible: importing transformers or lm_eval
-takes seconds."""
+There: logits bit for bit equal to ours (the same CPU fast paths) for every family and depth setting; greedy
+generate at batch 1 and 2 equal to GPT.generate's (sample.py's) tokens and logits, and with an exit threshold to
+early_exit.generate_with_exit's (sample.py --exit_criterion=entropy); beam search with the cache equal to beam
+search without; the tokenizers equal to data.py's. And lm-evaluation-harness's `hf` model on an export gives
+eval.py --harness's scores at two loop counts. In this process: the remote code equals the repository's files but
+for the rewritten import lines, export -> import -> export is byte-identical (also from an --fsdp run's sharded
+checkpoint), the imported run is read by the scripts, and bad input is one line. The loading runs in as few
+processes as possible: importing transformers or lm_eval takes seconds."""
 import json
 import os
 import re
@@ -117,6 +117,9 @@ for case in spec["cases"]:
                return_dict_in_generate=True, **case["call"])
     outs = [model.generate(ids[:b], **gen) for b in (1, 2)]
     r["greedy"] = [(o.sequences, torch.stack(o.logits, 1)) for o in outs]
+    if case["beams"]:  # beam search reorders the cache's slots: as beam search without a cache
+        r["beams"] = [model.generate(ids, max_new_tokens=case["new"], num_beams=3, do_sample=False, eos_token_id=None,
+                                     use_cache=use) for use in (True, False)]
     if case["exit_tau"] is not None:
         kw = dict(exit_tau=case["exit_tau"])
         if case["exit_at_load"]:  # a config default, as lm-evaluation-harness's model_args set one
@@ -171,7 +174,7 @@ def references(tmp):
             want["cache"] = (True, "LoopedCache", model.n_slots(loops))  # one slot per (pass, layer) step
             expected[case] = want
             cases.append(dict(name=case, folder=folder, load=load, call=call, ids=ids.tolist(), new=NEW_TOKENS,
-                              exit_tau=tau, exit_at_load=len(cases) % 2 == 1))
+                              exit_tau=tau, exit_at_load=len(cases) % 2 == 1, beams="moe" in name and j == 0))
     return expected, dict(cases=cases, tokenizers=[(folder, TEXTS) for folder in tokenizers.values()]), tokenizers
 
 
@@ -183,10 +186,12 @@ def test_transformers_loads_every_family_with_our_logits_generation_exits_and_to
         assert r["module"].startswith("transformers_modules."), (case, r["module"])  # the exported files ran
         assert torch.equal(r["logits"], want["logits"]), f"{case}: logits differ"
         assert r["cache"] == want["cache"], case
+        assert torch.equal(*r.get("beams", [torch.zeros(1)] * 2)), f"{case}: beam search with the cache differs"
         for kind in ("greedy", "exit"):
             for b, (theirs, ours) in enumerate(zip(r.get(kind, []), want.get(kind, [])), 1):
                 assert torch.equal(theirs[0], ours[0]), f"{case}: {kind} tokens at batch {b}: {theirs[0]} != {ours[0]}"
                 assert torch.equal(theirs[1], ours[1]), f"{case}: the logits of {kind} decoding at batch {b} differ"
+    assert sum("beams" in got[case] for case in expected) == 3
     exits = [case for case, w in expected.items() if "exit" in w]  # where a step exits, its logits differ
     assert len(exits) == 8 and all(not torch.equal(expected[c]["exit"][1][1], expected[c]["greedy"][1][1])
                                    for c in exits)
