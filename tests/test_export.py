@@ -1,7 +1,7 @@
 """export.py: tiny models of every family exported to Hugging Face format and loaded by transformers in a separate
 process whose working directory is a temporary folder, with an empty PYTHONPATH, HF_HOME / HF_MODULES_CACHE under
 it and the Hub offline, so only the exported files can serve (the repository's own files are out of its reach).
-There: logits bit for bit equal to ours (the same CPU fast paths) for every family and depth setting; greedy
+There: logits bit for bit equal to ours (the run's CPU fast paths, on or off) for every family and depth; greedy
 generate at batch 1 and 2 equal to GPT.generate's (sample.py's) tokens and logits, and with an exit threshold to
 early_exit.generate_with_exit's (sample.py --exit_criterion=entropy); beam search with the cache equal to beam
 search without; the tokenizers equal to data.py's. And lm-evaluation-harness's `hf` model on an export gives
@@ -53,6 +53,7 @@ FAMILIES = {
     "mla_looped_moe": (dict(MOE, n_loop=2, n_prelude=1, n_coda=1, attn="mla", kv_lora_rank=16, rope_head_dim=8),
                        "byte", [TRAINED], True),
 }
+PLAIN_OPS = ("plain_gpt2", "mla")  # runs with cpu_kernels=False: the plain torch operations on both sides
 NEW_TOKENS = 8
 TEXTS = ["And the LORD said unto Moses,", "Hello  world\n\n  x ", "don't, I'll; we've 12345 3.14", " naïve café",
          "日本語 🙂 \t tabs", "", "   ", "a\r\nb"]
@@ -154,11 +155,11 @@ def references(tmp):
     """Export every family and compute our own outputs: {case name: (family, expected)}, and the load spec."""
     cases, expected, tokenizers = [], {}, {}
     for name, (keys, tokenizer, depths, exits) in FAMILIES.items():
-        run = write_run(tmp / "runs" / name, tiny_model(keys, tokenizer), tokenizer)
+        run = write_run(tmp / "runs" / name, tiny_model(keys, tokenizer), tokenizer, cpu_kernels=name not in PLAIN_OPS)
         folder = str(tmp / "hf" / name)
         export.main([f"--run={run}", f"--out={folder}"])
         tokenizers.setdefault(tokenizer, folder)
-        model, _ = load_model(run)  # as every script loads a run: the CPU fast paths on
+        model, _ = load_model(run)  # as every script loads a run: with the run's CPU fast-path setting
         ids = torch.randint(0, 256, (2, 12), generator=torch.Generator().manual_seed(len(cases)))
         for j, (load, call) in enumerate(depths):
             loops = {**load, **call}.get("loops")
