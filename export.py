@@ -236,8 +236,11 @@ def import_folder(folder, out):
     except RuntimeError as e:
         raise ConfigError(f"{folder}/{WEIGHTS} does not fit the model of its config.json: "
                           f"{str(e).splitlines()[-1].strip()[:160]}") from None
-    train_config = dict(tokenizer=config.get("tokenizer", "gpt2"), cpu_kernels=bool(config.get("cpu_kernels", True)))
-    write_run(out, model, train_config, folder)
+    tokenizer = config.get("tokenizer")
+    if data.TOKENIZER_VOCAB.get(tokenizer) != cfg.vocab_size:
+        raise ConfigError(f"--import={folder}: {CONFIG} names the tokenizer {tokenizer!r}, which is not one of "
+                          f"{' | '.join(data.TOKENIZER_VOCAB)} with the model's vocab_size={cfg.vocab_size}")
+    write_run(out, model, dict(tokenizer=tokenizer, cpu_kernels=bool(config.get("cpu_kernels", True))), folder)
 
 
 def write_run(out, model, train_config, source):

@@ -12,6 +12,7 @@ processes as possible: importing transformers or lm_eval takes seconds."""
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import warnings
@@ -280,6 +281,9 @@ def test_a_sharded_checkpoint_exports_as_its_whole_one_does(tmp_path):
 def test_bad_input_is_one_line(tmp_path):
     run = write_run(tmp_path / "run", tiny_model({}, "byte"), "byte")
     export.main([f"--run={run}", f"--out={tmp_path / 'hf'}"])
+    shutil.copytree(tmp_path / "hf", tmp_path / "badtok")
+    config = json.loads((tmp_path / "hf" / "config.json").read_text())
+    (tmp_path / "badtok" / "config.json").write_text(json.dumps(dict(config, tokenizer="gpt2")))
     (tmp_path / "odd").mkdir()
     (tmp_path / "odd" / "config.json").write_text("{not json")
     (tmp_path / "other").mkdir()
@@ -301,6 +305,7 @@ def test_bad_input_is_one_line(tmp_path):
         (f"--import={tmp_path / 'odd'}", f"--out={tmp_path / 'x'}"): "no readable config.json",
         (f"--import={tmp_path / 'other'}", f"--out={tmp_path / 'x'}"): "not one export.py wrote",
         (f"--import={tmp_path / 'hf'}", f"--out={tmp_path / 'x'}"): "does not fit the model",
+        (f"--import={tmp_path / 'badtok'}", f"--out={tmp_path / 'x'}"): "names the tokenizer 'gpt2'",
         ("--runn=x",): "did you mean 'run'",
     }
     for argv, says in lines.items():
