@@ -39,7 +39,7 @@ import kernels  # noqa: E402
 import moe  # noqa: E402
 from configurator import ConfigError, configure, run  # noqa: E402
 from checkpoint import load_model  # noqa: E402
-from distributed import pick_device  # noqa: E402
+from distributed import use_device  # noqa: E402
 from loop import RESIDUAL_RULES, residual_multiplier  # noqa: E402
 from model import GPT, GPTConfig  # noqa: E402
 from optim import make_optimizer, train_step  # noqa: E402
@@ -863,6 +863,8 @@ DEFAULTS = dict(
     states="auto",  # representation: auto | boundary (end of each loop pass) | all (every effective layer)
     seed=0,  # seed of initialisation and random tokens
     device="auto",  # auto (cuda if there is one) | cpu | cuda
+    threads=0,  # torch threads on CPU; 0 = auto, as train.py: OMP_NUM_THREADS if set, else the idle cores
+    dtype="float32",  # float32 | bfloat16 (autocast around the analysis; its statistics stay in fp32)
     width=512,  # theorem1: width d of the shared ReLU MLP
     max_loops=64,  # theorem1: largest loop count N (powers of two up to it)
     trials=10,  # theorem1: random draws of (x, W) per point
@@ -961,12 +963,13 @@ def main(argv=None):
     if preset and ("--help" in argv or "-h" in argv):
         print(f"{name} presets, applied before your arguments: {' '.join(preset)}\n")
     cfg, model_cfg = configure(DEFAULTS, GPTConfig, preset + argv[1:], doc_source=os.path.abspath(__file__),
-                               choices=dict(states=("auto", "boundary", "all")))
+                               choices=dict(states=("auto", "boundary", "all"), dtype=("float32", "bfloat16")))
     check_settings(name, cfg, model_cfg)
-    cfg["device"] = pick_device(cfg["device"])
+    cfg["device"] = use_device(cfg)
     torch.manual_seed(cfg["seed"])
     t0 = time.time()
-    result, fig = fn(cfg, model_cfg)
+    with torch.autocast(torch.device(cfg["device"]).type, dtype=torch.bfloat16, enabled=cfg["dtype"] == "bfloat16"):
+        result, fig = fn(cfg, model_cfg)
     fig.tight_layout()
     png, js = (os.path.join(cfg["out_dir"], f"{name}.{ext}") for ext in ("png", "json"))
     fig.savefig(png, dpi=120, bbox_inches="tight")

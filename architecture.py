@@ -24,6 +24,7 @@ from configurator import ConfigError, configure, run  # noqa: E402
 from early_exit import depth_labels, exit_candidates  # noqa: E402
 from loop import is_looped  # noqa: E402
 from model import GPT, GPTConfig  # noqa: E402
+from scaling import train_defaults  # noqa: E402
 
 out = "figures/architecture"  # path without extension: writes <out>.png and <out>.json
 exit_at = 0  # the loop boundary (1 = the end of the first pass) where the drawn token exits; 0 = no exit drawn
@@ -106,7 +107,8 @@ def draw(plan):
 
 
 def main(argv=None):
-    defaults = {k: v for k, v in globals().items() if not k.startswith("_")}
+    # train.py's keys are read too (and not used), so that every training config file draws as it is
+    defaults = {**train_defaults(), **{k: v for k, v in globals().items() if not k.startswith("_")}}
     cfg, model_cfg = configure(defaults, GPTConfig, argv, doc_source=__file__)
     model = GPT(GPTConfig(**{**model_cfg.to_dict(), "n_embd": cfg["width"], "n_head": 0, "d_ff": 0}))
     plan = plan_of(model, cfg["exit_at"])

@@ -7,6 +7,7 @@ import ctypes
 import math
 import os
 import re
+import sys
 import time
 from collections import namedtuple
 from contextlib import nullcontext
@@ -34,6 +35,17 @@ def pick_device(name):
             raise ConfigError(f"config error: --device={name}: this machine has {torch.cuda.device_count()} CUDA "
                               "device(s) (torch.cuda.device_count()); use --device=cpu or auto")
     return name
+
+
+def use_device(cfg, say=None):
+    """The device of a script that runs models (sample, eval, early_exit, analyze) from its device and threads keys:
+    pick_device's choice, and on the CPU torch's thread count (cpu_threads, said in one line on stderr)."""
+    if cfg["threads"] < 0:
+        raise ConfigError(f"config error: --threads={cfg['threads']} must be >= 0 (0 = auto)")
+    device = pick_device(cfg["device"])
+    if device == "cpu":
+        torch.set_num_threads(cpu_threads(cfg["threads"], say or (lambda line: print(line, file=sys.stderr))))
+    return device
 
 
 Env = namedtuple("Env", "ddp rank world_size local_rank master device device_type dtype ctx accum say")

@@ -62,7 +62,7 @@ import torch.nn.functional as F
 import scaling
 from checkpoint import load_model
 from configurator import ConfigError
-from distributed import pick_device
+from distributed import use_device
 from loop import LoopCond, is_looped, last
 from model import Label
 
@@ -764,6 +764,7 @@ n_tau = 64  # thresholds per criterion in the sweep
 data_dir = ""  # token files; "" = the first checkpoint's training data
 out_dir = ""  # where early_exit_<mode>.json and .png go; "" = the first run's directory
 device = "auto"  # auto (cuda if there is one) | cpu | cuda | cuda:N
+threads = 0  # torch threads on CPU; 0 = auto, as train.py: OMP_NUM_THREADS if set, else the idle cores
 dtype = "float32"  # float32 | bfloat16 (autocast)
 budget = 0  # elastic: enumerate every schedule with this many steps (0 = the per-budget curve only)
 schedule = ""  # elastic: one more schedule to evaluate, in units of 1/L, e.g. "4,2,1,1"
@@ -923,7 +924,7 @@ def main(argv=None):
     cfg, _ = configure(defaults, None, argv, doc_source=__file__,
                        choices=dict(mode=("exit", "elastic", "bench"), fill=FILLS, dtype=("float32", "bfloat16")))
     crits = check_settings(cfg)
-    cfg["device"] = pick_device(cfg["device"])
+    cfg["device"] = use_device(cfg)
     torch.manual_seed(1337)
     runs = load_runs(cfg)
     data, T = validation(cfg, runs)

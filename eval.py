@@ -112,7 +112,7 @@ from configurator import ConfigError
 from data import json_lines
 from early_exit import log_probs
 from checkpoint import load_model
-from distributed import pick_device
+from distributed import use_device
 from loop import is_looped, last
 from model import KVCache
 
@@ -1177,6 +1177,7 @@ batch_tokens = 8192  # rows x length per forward at most
 shared = True  # requests sharing a prefix (an item's choices) run it once and reuse its KV cache
 seed = 1234  # few-shot sampling, subsampling and the generated probes
 device = "auto"  # auto (cuda if there is one) | cpu | cuda | cuda:N
+threads = 0  # torch threads on CPU; 0 = auto, as train.py: OMP_NUM_THREADS if set, else the idle cores
 dtype = "float32"  # float32 | bfloat16 (autocast)
 out_dir = ""  # where eval.json / eval.png (bench.json, eval_harness.json) go; "" = the first run's directory
 progress = True  # a status line per task (rate and ETA) on stderr
@@ -1246,7 +1247,7 @@ def main(argv=None):
                        choices=dict(criterion=early_exit.decode_criteria(), exit_fill=early_exit.FILLS,
                                     dtype=("float32", "bfloat16")))
     check_settings(cfg)
-    cfg["device"] = pick_device(cfg["device"])
+    cfg["device"] = use_device(cfg)
     torch.manual_seed(cfg["seed"])
     if cfg["harness"]:
         return main_harness(cfg)

@@ -8,7 +8,7 @@ import torch
 from configurator import ConfigError, configure, run
 from data import get_tokenizer
 from checkpoint import load_model
-from distributed import pick_device
+from distributed import use_device
 from early_exit import FILLS, decode_criteria
 
 ckpt = "out/default"  # run directory (or path to a ckpt.pt) written by train.py
@@ -19,6 +19,7 @@ temperature = 0.8  # 0 = greedy; < 1 sharper, > 1 more random
 top_k = 50  # keep only the top_k most likely tokens (0 = all)
 seed = 1337  # sampling seed
 device = "auto"  # auto (cuda if there is one) | cpu | cuda | cuda:N
+threads = 0  # torch threads on CPU; 0 = auto, as train.py: OMP_NUM_THREADS if set, else the idle cores
 dtype = "float32"  # float32 | bfloat16 (autocast)
 exit_criterion = "none"  # early exit per token (early_exit.py): none | entropy | kl | change | agree
 exit_tau = 0.0  # early exit: a token stops at the first candidate exit whose criterion score is below this
@@ -35,7 +36,7 @@ def main(argv=None):
                        ("exit_tau", 0)):
         if cfg[key] < least:
             raise ConfigError(f"config error: --{key}={cfg[key]} must be >= {least}")
-    cfg["device"] = pick_device(cfg["device"])
+    cfg["device"] = use_device(cfg)
     model, state = load_model(cfg["ckpt"], cfg["device"])
     tok = get_tokenizer(state["train_config"].get("tokenizer", "gpt2"))
     text = cfg["prompt"]

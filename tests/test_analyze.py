@@ -109,7 +109,7 @@ def test_residual_norm_and_increment_cosine():
     g = torch.Generator().manual_seed(0)
     d = torch.randn(1, 3, 4, generator=g, dtype=torch.float64)
     e = torch.randn(1, 3, 4, generator=g, dtype=torch.float64)
-    steps = [torch.zeros(1, 3, 4, dtype=torch.float64), d, 3 * d, 3 * d - e]  # increments d, 2d, -e (exact in f64 up to rounding)
+    steps = [torch.zeros(1, 3, 4, dtype=torch.float64), d, 3 * d, 3 * d - e]  # increments d, 2d, -e
     c = analyze.increment_cosine(steps)
     ref = torch.nn.functional.cosine_similarity(d.flatten(), -e.flatten(), dim=0).item()
     np.testing.assert_allclose(c[:2, :2], 1.0, atol=1e-12)
@@ -190,6 +190,16 @@ def test_jsd_subcommand(tmp_path, plain_ckpt):
     assert planted[0]["mean"] == pytest.approx(0.0, abs=1e-9) and planted[0]["frac_converged"] == 1.0
     assert intact[0]["mean"] > 1e-4 and intact[0]["frac_converged"] < 0.5
     assert intact[-1]["mean"] == pytest.approx(0.0, abs=1e-9)  # the final layer against itself
+
+
+def test_dtype_and_threads_keys(tmp_path, looped_ckpt):
+    """analyze.py takes the device, dtype and threads keys every script takes: in bf16 (autocast) the JSD per layer
+    stays close to fp32's, and --threads sets torch's CPU threads."""
+    fp32 = run("jsd", tmp_path / "fp32", f"--ckpt={looped_ckpt}")
+    bf16 = run("jsd", tmp_path / "bf16", f"--ckpt={looped_ckpt}", "--dtype=bfloat16", "--threads=1")
+    assert torch.get_num_threads() == 1
+    (a,), (b,) = fp32.values(), bf16.values()
+    assert [x["mean"] for x in b["layers"]] == pytest.approx([x["mean"] for x in a["layers"]], abs=0.05)
 
 
 def test_jsd_looped_has_boundaries(tmp_path, looped_ckpt):
