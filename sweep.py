@@ -6,6 +6,15 @@ scaling.py's; the fits of the rows are fits.py's. The command runs through scali
 
     python scaling.py sweep config/sweeps/isoflop_cpu.py --dry_run     # the plan: points, tokens, estimated time
     python scaling.py sweep config/sweeps/isoflop_cpu.py --parallel=2  # run what is not done yet
+    python scaling.py sweep config/sweeps/isoflop_paper.py --launcher=slurm --partition=gpu  # as Slurm jobs
+
+On a Slurm cluster (--launcher=slurm, through submitit; SlurmSweep) each point not done and not queued or running
+is a job (one job array per submission) that runs train.py in a snapshot of HEAD made in the sweep directory, so the
+code may change while jobs wait; the tree must be HEAD (tracked files unchanged, the points' config files
+committed), or the submission is refused in one line. Each job writes its row to rows/<point>.json; every run of the
+sweep command (or --wait) merges those into results.jsonl, and submits only what has neither a row nor a job in the
+queue (slurm/submitted.jsonl is the ledger). Before a preemption or the time limit Slurm sends USR2: train.py saves
+at the end of its step and exits with EXIT_RESUMABLE, and submitit requeues the job, which resumes the point.
 
 A sweep spec (config/sweeps/*.py) is a plain Python file that sets:
   name            the sweep; its directory is out/sweeps/<name> unless out_dir is set (specs that share out_dir
@@ -38,8 +47,10 @@ files of registered sweeps (records/<paper>/<sweep>.jsonl with a config/sweeps/<
 git_rev (HEAD) and spec_sha256 (the spec file's hash) name the code and rule that made it; tests/test_sweep.py
 checks that every committed row's rule is committed at its git_rev and unchanged since.
 """
+import contextlib
 import dataclasses
 import hashlib
+import io
 import itertools
 import json
 import os
@@ -47,12 +58,14 @@ import re
 import signal
 import subprocess
 import sys
+import tarfile
 import threading
 import time
 from collections import namedtuple
 
 import numpy as np
 
+from checkpoint import EXIT_RESUMABLE  # a run stopped by a signal, saved: --resume continues it
 from configurator import ConfigError
 from data import TOKENIZER_VOCAB, json_lines  # a named tokenizer sets the vocabulary (data.training_vocab)
 from scaling import cli_arg, count_params, flops_per_token, model_on_meta, train_defaults
@@ -186,15 +199,22 @@ def check_rule(spec, planned, root):
         if missing or seeds != rule_seeds:
             raise ConfigError(f"{name}: rule needs finding, test, seeds, margin (missing {missing}) and seeds "
                               f"{sorted(rule_seeds)} equal to the seeds the grid plans {sorted(seeds)}")
-    registered = os.path.join(root, "config", "sweeps")
-    changed = [line[3:].split(" -> ")[-1].strip('"') for line in
-               git(root, "status", "--porcelain", "--untracked-files=all").splitlines()]
-    dirty = [p for p in changed if not (re.fullmatch(r"records/[^/]+/([^/]+)\.jsonl", p) and os.path.exists(
-        os.path.join(registered, os.path.basename(p)[:-len(".jsonl")] + ".py")))]
+    dirty = uncommitted(root)
     if dirty:
         raise ConfigError(f"refusing to start {name}: the git tree has {len(dirty)} uncommitted change(s) "
                           f"({dirty[0]}{', ...' if len(dirty) > 1 else ''}); commit the rule and the code first, so "
                           f"each row's git_rev is the code that ran")
+
+
+def uncommitted(root, untracked="all"):
+    """The paths of the git tree that differ from HEAD (untracked ones too unless untracked="no"), apart from the
+    results files of registered sweeps (records/<paper>/<sweep>.jsonl with a config/sweeps/<sweep>.py): sweeps
+    write those."""
+    registered = os.path.join(root, "config", "sweeps")
+    changed = [line[3:].split(" -> ")[-1].strip('"') for line in
+               git(root, "status", "--porcelain", f"--untracked-files={untracked}").splitlines()]
+    return [p for p in changed if not (re.fullmatch(r"records/[^/]+/([^/]+)\.jsonl", p) and os.path.exists(
+        os.path.join(registered, os.path.basename(p)[:-len(".jsonl")] + ".py")))]
 
 
 def file_sha256(path):
@@ -244,8 +264,39 @@ def point_row(planned, run_dir, status, rc, revision, command):
     if os.path.exists(config_path):
         with open(config_path) as f:
             row["config"] = json.load(f)
+        if isinstance(row["config"].get("train"), dict):  # how the last segment started, not a setting of the point:
+            row["config"]["train"].pop("resume", None)  # a resumed point's row is an uninterrupted one's
     row.update(git_rev=revision, command=command)
     return row
+
+
+def finished_row(planned, run_dir, rc, started, command, revision, spec_file, spec_sha):
+    """Point_row of a run that ended (ok if it wrote result.json, else failed), with the spec that planned it and
+    the process time since `started` (train.py's start-up included; None when nothing ran)."""
+    status = "ok" if os.path.exists(os.path.join(run_dir, "result.json")) else "failed"
+    row = point_row(planned, run_dir, status, rc, revision, command)
+    row.update(spec=spec_file, spec_sha256=spec_sha, flops_per_token_schwethelm=planned["work"] / planned["tokens"],
+               process_s=time.time() - started if rc is not None else None)
+    return row
+
+
+def point_command(spec, point, run_dir):
+    """(train.py's command line, extra environment) of a point's run in run_dir; --resume is added where it runs,
+    when the run directory holds a checkpoint (the row keeps the command without it)."""
+    args = [cli_arg(k, v) for k, v in {**spec.get("common", {}), **point.overrides}.items()]
+    cmd = list(spec.get("runner", [sys.executable, "train.py"])) + point.configs + args + [f"--out_dir={run_dir}"]
+    if point.flops_budget > 0:
+        cmd.append(f"--flops_budget={point.flops_budget!r}")
+    return cmd, dict(spec.get("env", {}))
+
+
+def record_row(spec, row):
+    """The committed copy of a row, without the full config (git_rev and command reproduce it), in the record
+    directory of its arch, if the spec has one."""
+    record = spec.get("record") or ""  # one directory, or {arch: directory} for a sweep serving several papers
+    record_dir = record.get(row["arch"], "") if isinstance(record, dict) else record
+    if record_dir:
+        write_record(os.path.join(record_dir, spec["name"] + ".jsonl"), row)
 
 
 def exclusive(f):
@@ -294,15 +345,25 @@ def _hms(seconds):
     return f"{seconds // 60}m{seconds % 60:02d}s"
 
 
-def run_sweep(spec, dry_run=False, only="", retry_failed=False, limit=0, parallel=0):
+def run_sweep(spec, dry_run=False, only="", retry_failed=False, limit=0, parallel=0, launcher="local", wait=False,
+              **cluster):
     """Plan, print, then run every point not yet done (one at a time, or `parallel` at once), appending a row to
     results.jsonl after each. A point killed midway is resumed (--resume) the next time; a point whose run failed
-    (non-zero exit: divergence, a bug) gets a row with status 'failed' and is not retried unless retry_failed."""
+    (non-zero exit: divergence, a bug) gets a row with status 'failed' and is not retried unless retry_failed.
+    launcher="slurm": the points not done and not queued or running go to Slurm as jobs (SlurmSweep; `cluster`:
+    CLUSTER_KEYS), and their rows are merged as they come."""
+    if launcher not in LAUNCHERS:
+        raise ConfigError(f"config error: --launcher={launcher!r} is not one of {' | '.join(LAUNCHERS)}")
+    if set(cluster) - set(CLUSTER_KEYS):
+        raise TypeError(f"run_sweep() got unknown keys {sorted(set(cluster) - set(CLUSTER_KEYS))}")
     root = os.path.dirname(os.path.abspath(__file__))
     results = os.path.join(sweep_dir(spec), "results.jsonl")
     planned = plan(spec, only)
     if not planned:
         raise ConfigError(f"no point of sweep {spec['name']} matches --only={only!r}; `--dry_run` lists the names")
+    slurm = SlurmSweep(spec, root, cluster) if launcher == "slurm" else None
+    if slurm is not None and not dry_run:
+        slurm.merge()  # the rows of jobs that ended since the last look: their points are done
     done = done_points(results, retry_failed)
     rows = read_results(results) if os.path.exists(results) else []
     measured = [r["tokens"] * r["flops_per_token_schwethelm"] / r["process_s"] for r in rows
@@ -310,17 +371,26 @@ def run_sweep(spec, dry_run=False, only="", retry_failed=False, limit=0, paralle
     rate, source = ((float(np.median(measured)), f"measured on {len(measured)} finished runs") if measured else
                     (float(spec.get("flops_per_second", 5e9)), "the spec's flops_per_second guess"))
     print_plan(planned, spec, done, rate, source)
-    todo = [q for q in planned if q["point"].name not in done][:limit or None]
-    if dry_run or not todo:
+    todo = [q for q in planned if q["point"].name not in done]
+    if slurm is not None and not dry_run:
+        todo = slurm.not_in_flight(todo)
+    todo = todo[:limit or None]
+    if dry_run or not todo and not (slurm is not None and wait):
         return planned
-    if spec.get("record"):
+    if todo and spec.get("record"):
         check_rule(spec, planned, root)
     try:
         os.makedirs(sweep_dir(spec), exist_ok=True)
     except OSError as e:
         raise ConfigError(f"cannot write the sweep's runs to {sweep_dir(spec)!r} ({e.strerror}): choose another "
                           "--out_dir") from None
-    SweepRuns(spec, todo, root, parallel).run()
+    if slurm is None:
+        SweepRuns(spec, todo, root, parallel).run()
+        return planned
+    if todo:
+        slurm.submit(todo)
+    if wait:
+        slurm.wait()
     return planned
 
 
@@ -332,7 +402,6 @@ class SweepRuns:
         self.spec, self.todo, self.root = spec, todo, root
         self.out = sweep_dir(spec)
         self.results = os.path.join(self.out, "results.jsonl")
-        self.record = spec.get("record") or ""  # one directory, or {arch: directory} for a sweep serving several papers
         self.revision = git_revision(root)
         self.spec_file = spec.get("spec_file") and os.path.relpath(os.path.abspath(spec["spec_file"]), root)
         self.spec_sha = file_sha256(spec["spec_file"]) if self.spec_file else None
@@ -346,36 +415,28 @@ class SweepRuns:
         os.makedirs(run_dir, exist_ok=True)
         if os.path.exists(os.path.join(run_dir, "result.json")):  # finished, but the sweep died before its row
             return run_dir, None, ""
-        args = [cli_arg(k, v) for k, v in {**spec.get("common", {}), **p.overrides}.items()]
-        cmd = list(spec.get("runner", [sys.executable, "train.py"])) + p.configs + args + [f"--out_dir={run_dir}"]
-        if p.flops_budget > 0:
-            cmd.append(f"--flops_budget={p.flops_budget!r}")
-        if os.path.exists(os.path.join(run_dir, "ckpt.pt")):
-            cmd.append("--resume")
-        env = dict(os.environ, **spec.get("env", {}))
+        cmd, extra_env = point_command(spec, p, run_dir)
+        resume = ["--resume"] if os.path.exists(os.path.join(run_dir, "ckpt.pt")) else []
+        env = dict(os.environ, **extra_env)
         devices = spec.get("devices")  # e.g. ["0", "1", ...]: CUDA_VISIBLE_DEVICES of each parallel slot
         if devices:
             env["CUDA_VISIBLE_DEVICES"] = devices[slot % len(devices)]
         log = open(os.path.join(run_dir, "train.log"), "a")
-        print(f"[{p.name}] {' '.join(cmd)}", flush=True)
-        proc = subprocess.Popen(cmd, cwd=self.root, env=env, stdout=log, stderr=subprocess.STDOUT)
+        print(f"[{p.name}] {' '.join(cmd + resume)}", flush=True)
+        proc = subprocess.Popen(cmd + resume, cwd=self.root, env=env, stdout=log, stderr=subprocess.STDOUT)
         return run_dir, proc, " ".join(cmd)
 
     def finish(self, q, run_dir, rc, started, command):
         """Append point q's row (ok if its run wrote result.json, else failed) and print the progress."""
         if rc is not None and rc < 0:  # killed by a signal: an interruption, not a result
             raise SystemExit(f"[{q['point'].name}] was killed (signal {-rc}); run the same command to resume")
-        status = "ok" if os.path.exists(os.path.join(run_dir, "result.json")) else "failed"
-        row = point_row(q, run_dir, status, rc, self.revision, command)
-        row.update(spec=self.spec_file, spec_sha256=self.spec_sha, flops_per_token_schwethelm=q["work"] / q["tokens"],
-                   process_s=time.time() - started if rc is not None else None)  # train.py's start-up included
-        record_dir = self.record.get(row["arch"], "") if isinstance(self.record, dict) else self.record
+        row = finished_row(q, run_dir, rc, started, command, self.revision, self.spec_file, self.spec_sha)
+        status = row["status"]
         with open(self.results, "a") as f:
             exclusive(f)  # two sweeps of one spec (different --only) share both files: no row may be lost
             f.write(json.dumps(row) + "\n")
             f.flush()
-            if record_dir:  # the committed copy, without the full config (git_rev and command reproduce it)
-                write_record(os.path.join(record_dir, self.spec["name"] + ".jsonl"), row)
+            record_row(self.spec, row)
         self.finished += 1
         left = len(self.todo) - self.finished
         eta = (time.time() - self.t_start) / self.finished * left
@@ -417,6 +478,235 @@ class SweepRuns:
                 signal.signal(signal.SIGTERM, previous)
 
 
+# ---- sweeps on a Slurm cluster, through submitit ----------------------------------------------------------------
+
+ARRAY_MAX = 1000  # points per job array: Slurm's default MaxArraySize is 1001
+REQUEUES = 100  # time limits a point may outlast (each one: saved, requeued, resumed)
+
+
+def slurm_parameters(cluster, name):
+    """submitit's SlurmExecutor parameters (sbatch's options, its names) from the --launcher=slurm keys: one task
+    per job; --requeue, so clusters that forbid requeues by default still let submitit requeue a stopped point."""
+    params = dict(job_name=f"sweep-{name}", partition=cluster["partition"], time=cluster["time"], nodes=1,
+                  ntasks_per_node=1, stderr_to_stdout=True, additional_parameters=dict(requeue=True))
+    optional = dict(account=cluster["account"], qos=cluster["qos"], gpus_per_node=cluster["gpus_per_run"],
+                    cpus_per_task=cluster["cpus_per_run"], mem=cluster["mem"], constraint=cluster["constraint"])
+    params.update({k: v for k, v in optional.items() if v})  # "" and 0: the partition's default
+    return params
+
+
+def slurm_executor(folder, cluster, name):
+    """The submitit executor that submits a sweep's jobs (the tests put submitit's local executor in its place)."""
+    import submitit
+    try:
+        executor = submitit.SlurmExecutor(folder, max_num_timeout=REQUEUES)
+    except RuntimeError as e:  # no srun on this machine
+        raise ConfigError(f"--launcher=slurm: {e} (submit from the cluster's login node)") from None
+    executor.update_parameters(**slurm_parameters(cluster, name))
+    return executor
+
+
+def check_committed(root, files):
+    """The jobs run a snapshot of HEAD, so submit only what HEAD holds: no tracked file changed (registered results
+    files apart) and every file the points name (relative to the repository) committed. Untracked files may stay:
+    the snapshot leaves them out and no point reads them."""
+    try:
+        dirty = uncommitted(root, "no")
+        tracked = set(git(root, "ls-files").splitlines())
+    except (OSError, subprocess.CalledProcessError):
+        raise ConfigError("--launcher=slurm needs a git checkout: its jobs run a snapshot of HEAD") from None
+    missing = [f for f in files if not os.path.isabs(f) and os.path.normpath(f) not in tracked]
+    if dirty or missing:
+        what = f"{dirty[0]} differs from HEAD" if dirty else f"{missing[0]} is not committed"
+        raise ConfigError(f"refusing to submit: {what}{' (and more)' if len(dirty) + len(missing) > 1 else ''}, but "
+                          "the jobs run a snapshot of HEAD: commit (or stash) first")
+
+
+def snapshot(root, dest):
+    """HEAD's files in dest (git archive): the code the jobs of a submission run, whatever becomes of the working
+    tree while they wait in the queue; made once per commit. data/, where train.py prepares its token files (ignored
+    by git), is the repository's own, linked in."""
+    if os.path.isdir(dest):
+        return dest
+    tmp = f"{dest}.{os.getpid()}.tmp"
+    os.makedirs(tmp)
+    archive = subprocess.run(["git", "archive", "HEAD"], cwd=root, capture_output=True, check=True).stdout
+    tarfile.open(fileobj=io.BytesIO(archive)).extractall(tmp, filter="data")
+    os.makedirs(os.path.join(root, "data"), exist_ok=True)
+    if not os.path.exists(os.path.join(tmp, "data")):
+        os.symlink(os.path.join(root, "data"), os.path.join(tmp, "data"))
+    os.replace(tmp, dest)
+    return dest
+
+
+class PointJob:
+    """One point as a submitit job: train.py run in the snapshot this job was submitted from (resuming from the
+    point's checkpoint if it has one), then the point's row written to rows/<point>.json, atomically. A plain
+    callable with a checkpoint() method: submitit calls that when Slurm signals the job (USR2) before a preemption
+    or its time limit, and requeues the job it returns."""
+
+    def __init__(self, planned, command, env, run_dir, row_path, revision, spec_file, spec_sha):
+        self.planned, self.command, self.env, self.run_dir, self.row_path = planned, command, env, run_dir, row_path
+        self.revision, self.spec_file, self.spec_sha = revision, spec_file, spec_sha
+        self.proc = None
+
+    def __getstate__(self):  # submitit pickles the job to requeue it; the ended process stays behind
+        return dict(self.__dict__, proc=None)
+
+    def __call__(self):
+        root = os.path.dirname(os.path.abspath(__file__))  # the snapshot, since this file is its copy
+        if os.path.exists(self.row_path):  # requeued after it wrote its row: the same row again would merge twice
+            with open(self.row_path) as f:
+                row = json.load(f)
+            if row["status"] == "ok":
+                return row
+        os.makedirs(self.run_dir, exist_ok=True)
+        started, rc = time.time(), None
+        try:
+            if not os.path.exists(os.path.join(self.run_dir, "result.json")):  # else it ended before its row
+                resume = ["--resume"] if os.path.exists(os.path.join(self.run_dir, "ckpt.pt")) else []
+                with open(os.path.join(self.run_dir, "train.log"), "a") as log:
+                    self.proc = subprocess.Popen(self.command + resume, cwd=root, env=dict(os.environ, **self.env),
+                                                 stdout=log, stderr=subprocess.STDOUT)
+                while self.proc.poll() is None:  # polled, not waited on: checkpoint() may run in between
+                    time.sleep(0.2)
+                rc = self.proc.returncode
+        finally:  # this job stopped another way (cancelled): no run outlives it
+            if self.proc is not None and self.proc.poll() is None:
+                self.proc.kill()
+        if rc in (EXIT_RESUMABLE, -signal.SIGTERM, -signal.SIGUSR2):
+            # Slurm signalled the run itself (it signals all of a job's processes): a preemption's SIGTERM, whose
+            # USR2 follows (checkpoint() then requeues this job), or the job's end. Either comes: wait for it.
+            while True:
+                time.sleep(60)
+        row = finished_row(self.planned, self.run_dir, rc, started, " ".join(self.command), self.revision,
+                           self.spec_file, self.spec_sha)
+        with open(self.row_path + ".tmp", "w") as f:
+            json.dump(row, f)
+        os.replace(self.row_path + ".tmp", self.row_path)  # the sweep never reads half a row
+        return row
+
+    def checkpoint(self):
+        """Stop the run (train.py saves at the end of its step and exits with EXIT_RESUMABLE) and requeue this
+        job: it resumes the point, or, if the run ended meanwhile, writes its row."""
+        from submitit.helpers import DelayedSubmission
+        proc = self.proc
+        if proc is not None and proc.returncode is None:
+            proc.send_signal(signal.SIGUSR2)
+            # Reaped with os.waitpid, not proc.wait(): this is a signal handler, which may have interrupted a
+            # proc.poll() that holds the lock proc.wait() would wait for.
+            try:
+                proc.returncode = os.waitstatus_to_exitcode(os.waitpid(proc.pid, 0)[1])
+            except ChildProcessError:  # that poll had reaped it already
+                pass
+        return DelayedSubmission(self)
+
+
+class SlurmSweep:
+    """The points of a sweep as Slurm jobs (one job array per submission), through submitit. In the sweep
+    directory: rows/ (each job's row, merged into results.jsonl by the sweep command), slurm/submitted.jsonl (the
+    ledger of every job submitted, so no point is submitted while a job of it is queued or running), slurm/code-<rev>/
+    (the snapshots the jobs run) and slurm/jobs/ (submitit's pickles and logs)."""
+
+    def __init__(self, spec, root, cluster):
+        cluster = {**CLUSTER_KEYS, **cluster}
+        if not cluster["partition"]:
+            raise ConfigError("config error: --launcher=slurm needs --partition=NAME (`sinfo -s` lists them)")
+        for key, least in (("time", 1), ("gpus_per_run", 0), ("cpus_per_run", 0)):
+            if cluster[key] < least:
+                raise ConfigError(f"config error: --{key}={cluster[key]} must be >= {least}")
+        try:
+            import submitit  # noqa: F401
+        except ImportError:
+            raise ConfigError("--launcher=slurm needs submitit: pip install -r requirements.txt") from None
+        self.spec, self.root, self.cluster = spec, root, cluster
+        self.out = os.path.abspath(sweep_dir(spec))  # the jobs run elsewhere: every path they get is absolute
+        self.rows = os.path.join(self.out, "rows")
+        self.folder = os.path.join(self.out, "slurm")
+        self.ledger = os.path.join(self.folder, "submitted.jsonl")
+        self.jobs, self._executor = {}, None  # point -> its queued or running job
+
+    @property
+    def executor(self):
+        if self._executor is None:
+            self._executor = slurm_executor(os.path.join(self.folder, "jobs"), self.cluster, self.spec["name"])
+        return self._executor
+
+    def merge(self):
+        """Append to results.jsonl (and the record) each row a job wrote that it does not hold yet."""
+        if not os.path.isdir(self.rows):
+            return
+        results = os.path.join(self.out, "results.jsonl")
+        with open(results, "a") as f:
+            exclusive(f)  # another sweep command of this spec may be merging the same rows
+            have = read_results(results)
+            for name in sorted(os.listdir(self.rows)):
+                if name.endswith(".json"):
+                    with open(os.path.join(self.rows, name)) as r:
+                        row = json.load(r)
+                    if row not in have:
+                        f.write(json.dumps(row) + "\n")
+                        f.flush()
+                        record_row(self.spec, row)
+                        print(f"[{row['point']}] {row['status']}: val_loss {row.get('val_loss')}", flush=True)
+
+    def not_in_flight(self, todo):
+        """todo without the points whose last job (in the ledger) is queued or running; a job that ended without a
+        row (cancelled, killed, failed to start) is named, and its point submitted again (it resumes)."""
+        last = {}
+        if os.path.exists(self.ledger):
+            last = {entry["point"]: entry["job_id"] for _, entry in json_lines(self.ledger, "mend or remove it")}
+        names = {q["point"].name for q in todo}
+        jobs = {p: self.executor.job_class(folder=self.executor.folder, job_id=j) for p, j in last.items()
+                if p in names}  # all made first: one sacct call asks for all of them
+        for point, job in jobs.items():
+            if not job.done():
+                self.jobs[point] = job
+            elif not os.path.exists(os.path.join(self.rows, point + ".json")):
+                print(f"[{point}] job {job.job_id} ended without a row (its log: {job.paths.stdout}): submitted again")
+        if self.jobs:
+            print(f"{len(self.jobs)} point(s) queued or running: not submitted again", flush=True)
+        return [q for q in todo if q["point"].name not in self.jobs]
+
+    def submit(self, todo):
+        """Submit todo's points from a snapshot of HEAD (its commit is each row's git_rev); ids to the ledger."""
+        executor = self.executor  # no Slurm here: said before anything else
+        check_committed(self.root, [c for q in todo for c in q["point"].configs])
+        revision = git(self.root, "rev-parse", "HEAD").strip()
+        code = snapshot(self.root, os.path.join(self.folder, f"code-{revision[:12]}"))
+        spec_file = self.spec.get("spec_file") and os.path.relpath(os.path.abspath(self.spec["spec_file"]), self.root)
+        spec_sha = file_sha256(self.spec["spec_file"]) if spec_file else None
+        os.makedirs(self.rows, exist_ok=True)
+        calls = []
+        for q in todo:
+            run_dir = os.path.join(self.out, q["point"].name)
+            command, env = point_command(self.spec, q["point"], run_dir)
+            calls.append(PointJob(q, command, env, run_dir, os.path.join(self.rows, q["point"].name + ".json"),
+                                  revision, spec_file, spec_sha))
+        with open(self.ledger, "a") as ledger, contextlib.chdir(code):  # a job runs where sbatch ran: the snapshot
+            exclusive(ledger)
+            for i in range(0, len(calls), ARRAY_MAX):
+                for q, job in zip(todo[i:], executor.submit_array(calls[i:i + ARRAY_MAX])):
+                    ledger.write(json.dumps(dict(point=q["point"].name, job_id=job.job_id, git_rev=revision,
+                                                 submitted=time.strftime("%Y-%m-%d %H:%M:%S"))) + "\n")
+                    self.jobs[q["point"].name] = job
+        print(f"submitted {len(calls)} point(s) from {code}: the same command (--wait to stay) merges their rows")
+
+    def wait(self):
+        """Until every job held here ends, merging rows as they come; a job that ended without a row stops the
+        sweep in one line (rerun the command: it submits the point again, which resumes)."""
+        start = time.time()
+        while any(not job.done() for job in self.jobs.values()):
+            self.merge()
+            time.sleep(min(30.0, 0.2 + 0.05 * (time.time() - start)))  # Slurm's status: at most twice a minute
+        self.merge()
+        lost = [(p, job) for p, job in self.jobs.items() if not os.path.exists(os.path.join(self.rows, p + ".json"))]
+        if lost:
+            raise SystemExit(f"[{lost[0][0]}] job {lost[0][1].job_id} ended without a row ({len(lost)} in all; its "
+                             f"log: {lost[0][1].paths.stdout}); run the same command to submit it again")
+
+
+LAUNCHERS = ("local", "slurm")
 SWEEP_KEYS = dict(
     dry_run=False,  # print the plan (points, FLOPs, estimated time) and stop
     only="",  # run only the points whose name matches this regular expression (a plain substring works)
@@ -424,7 +714,20 @@ SWEEP_KEYS = dict(
     limit=0,  # run at most this many points now (0 = all)
     parallel=0,  # runs at once (0 = the spec's `parallel`, default 1)
     out_dir="",  # the sweep directory instead of the spec's (e.g. a scratch directory for a trial)
+    launcher="local",  # local: the runs on this machine; slurm: one Slurm job per point through submitit (keys below)
+    wait=False,  # slurm: wait for the jobs, merging their rows as they end (else: submit; the same command merges)
 )
+CLUSTER_KEYS = dict(  # --launcher=slurm's
+    partition="",  # slurm: the partition of the jobs (required; `sinfo -s` lists them)
+    account="",  # slurm: the account charged ("" = your default)
+    qos="",  # slurm: the quality of service ("" = the partition's default)
+    time=240,  # slurm: minutes a job may run; a point that needs longer is saved, requeued and resumed
+    gpus_per_run=1,  # slurm: GPUs of each point's job (0: a CPU job; several: give the spec a torchrun runner)
+    cpus_per_run=0,  # slurm: CPU cores of each job (0 = the partition's default)
+    mem="",  # slurm: memory of each job, e.g. 200G ("" = the partition's default)
+    constraint="",  # slurm: node features the jobs need, e.g. h100 ("" = any node of the partition)
+)
+SWEEP_KEYS.update(CLUSTER_KEYS)
 
 
 def check_pattern(key, pattern):
@@ -443,10 +746,16 @@ def main_sweep(argv):
         raise ConfigError("usage: python scaling.py sweep config/sweeps/<spec>.py [--dry_run] [--key=value]: name "
                           f"one spec, not {len(specs)}")
     cfg, _ = configure(SWEEP_KEYS, None, [a for a in argv if a not in specs], doc_source=__file__,
-                       usage="python scaling.py sweep config/sweeps/<spec>.py [--key=value ...]")
+                       usage="python scaling.py sweep config/sweeps/<spec>.py [--key=value ...]",
+                       choices=dict(launcher=LAUNCHERS))
     for key in ("limit", "parallel"):
         if cfg[key] < 0:
             raise ConfigError(f"config error: --{key}={cfg[key]} must be >= 0")
+    if cfg["launcher"] == "slurm" and cfg["parallel"]:
+        raise ConfigError("config error: --parallel is the local launcher's; Slurm runs the points as its queue allows")
+    stray = [k for k in ("wait", *CLUSTER_KEYS) if cfg["launcher"] != "slurm" and cfg[k] != SWEEP_KEYS[k]]
+    if stray:
+        raise ConfigError(f"config error: --{stray[0]} is a key of --launcher=slurm (the runs here are local)")
     check_pattern("only", cfg["only"])
     spec = load_spec(specs[0])
     out_dir = cfg.pop("out_dir")
