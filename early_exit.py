@@ -831,8 +831,8 @@ def print_table(results, key):
     for name, r in results.items():
         for c, e in r["criteria"].items():
             row = [e[f"table_{key}"][f"{t:.2f}"] for t in TARGETS]
-            print(f"{name + ' [' + c + ']':34s} {r['full_ppl']:7.1f} "
-                  + " ".join(f"{v:7.1f}" if v is not None else "      -" for v in row))
+            print(f"{name + ' [' + c + ']':34s} {r['full_ppl']:7.2f} "
+                  + " ".join(f"{v:7.2f}" if v is not None else "      -" for v in row))
 
 
 def plot_exits(results, path):

@@ -1106,7 +1106,7 @@ def print_table(results, plan):
         blocks.setdefault(suite or "tasks", {}).setdefault(name, metric)
     for suite, cols in blocks.items():
         print(f"\n{suite}: " + ", ".join(f"{n} {m}" for n, m in cols.items()))
-        print(f"{'model / setting':30s} {'MFLOP/tok':>9s} " + " ".join(f"{n[:10]:>10s}" for n in cols)
+        print(f"{'model / setting':30s} {'FLOP/tok':>9s} " + " ".join(f"{n[:10]:>10s}" for n in cols)
               + (f" {'mean':>8s}" if suite != "tasks" else ""))
         for model, per in results.items():
             for setting, r in per.items():
@@ -1114,7 +1114,7 @@ def print_table(results, plan):
                 flops = np.mean([t[n]["flops_per_token"] for n in cols if n in t] or [float("nan")])
                 row = [f"{t[n][m]:10.4f}" if n in t and m in t[n] else f"{'-':>10s}" for n, m in cols.items()]
                 mean = r["suites"].get(suite, {}).get("mean")
-                print(f"{(model + ' ' + setting)[:30]:30s} {flops / 1e6:9.3f} " + " ".join(row)
+                print(f"{(model + ' ' + setting)[:30]:30s} {flops:9.2e} " + " ".join(row)
                       + (f" {mean:8.4f}" if mean is not None else ""))
 
 
