@@ -8,3 +8,13 @@ import torch
 os.environ["OMP_NUM_THREADS"] = "1"  # inherited by the train.py / torchrun processes the tests start
 torch.set_num_threads(1)
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def pytest_configure(config):
+    """With -n (pytest-xdist), tests that share an expensive module fixture (a torchrun launch) run on one worker:
+    `-n auto` means --dist=load, which would start the launch once per worker; loadgroup keeps each
+    @pytest.mark.xdist_group together and spreads everything else as load does."""
+    if getattr(config.option, "dist", "no") == "load":  # the controller: schedule by group
+        config.option.dist = "loadgroup"
+    if hasattr(config, "workerinput"):  # a worker: name each test's group in its id, as --dist=loadgroup does
+        config.option.loadgroup = True

@@ -241,6 +241,7 @@ def two_ranks(data_dir, tmp_path_factory):
     return two
 
 
+@pytest.mark.xdist_group("two_ranks")
 def test_ddp_two_ranks_match_one_process_with_accumulation(data_dir, tmp_path, two_ranks):
     one, two = str(tmp_path / "one"), two_ranks
     subprocess.run([sys.executable, "train.py"] + TINY + data_dir + DDP_RUN + [f"--out_dir={one}"], cwd=REPO,
@@ -436,6 +437,7 @@ def fsdp_runs(data_dir, tmp_path_factory):
     return root, data_dir
 
 
+@pytest.mark.xdist_group("fsdp")
 @pytest.mark.parametrize("case", ["gpt", "looped", "moe", "muonh"])
 def test_fsdp_trains_as_ddp(fsdp_runs, case):
     """2 gloo ranks, 20 steps of 4 micro-batches (MuonH: 5): the same losses, validation losses and final weights
@@ -462,6 +464,7 @@ def test_fsdp_trains_as_ddp(fsdp_runs, case):
         assert state["blocks.0.ffn.expert_bias"].abs().sum() > 0  # the biases moved, and moved alike
 
 
+@pytest.mark.xdist_group("fsdp")
 def test_fsdp_bf16_smoke(fsdp_runs):
     root, _ = fsdp_runs
     steps = losses(str(root / "bf16"))
@@ -469,6 +472,7 @@ def test_fsdp_bf16_smoke(fsdp_runs):
     assert steps[2] < steps[0]
 
 
+@pytest.mark.xdist_group("fsdp")
 def test_fsdp_memory_prediction_is_what_each_rank_holds(fsdp_runs):
     """scaling.memory_per_gpu's FSDP parameters, gradients and optimizer state are the bytes rank 0 (the largest
     shards) holds after a step, and rank 1 holds no more; both together hold DDP's one copy."""
@@ -481,6 +485,7 @@ def test_fsdp_memory_prediction_is_what_each_rank_holds(fsdp_runs):
     assert ranks[0]["held"]["params"] + ranks[1]["held"]["params"] == predicted["ddp"]["params"]
 
 
+@pytest.mark.xdist_group("fsdp")
 def test_fsdp_resume_after_kill_between_the_renames(fsdp_runs):
     """The worker killed the --fsdp run while it swapped in its step-10 checkpoint (the old one renamed away, the
     new one complete but not renamed in): --resume puts step 5's back, drops the other, and the resumed run's
@@ -564,6 +569,7 @@ def test_a_stop_signal_finishes_the_step_saves_and_the_resumed_run_is_the_uninte
     assert json.load(open(os.path.join(cut, "result.json")))["wall_s"] > saved["wall_s"]  # both segments
 
 
+@pytest.mark.xdist_group("two_ranks")
 def test_a_signal_to_one_ddp_rank_stops_both_at_the_same_step_and_the_resumed_run_is_the_uninterrupted_one(
         data_dir, tmp_path, two_ranks):
     """A SIGTERM to one rank of a 2-rank run only (a node's agent, an OOM warning, a kill by pid): the ranks agree at
