@@ -63,7 +63,7 @@ import scaling
 from checkpoint import load_model
 from configurator import ConfigError
 from distributed import use_device
-from loop import LoopCond, is_looped, last
+from loop import is_looped, last
 from model import Label
 
 FILLS = ("propagate", "recompute")
@@ -446,24 +446,6 @@ def evaluate_exits(model, batches, criteria=("entropy",), every_layer=False, n_t
 # decoding with early exit
 
 
-def propagate_fill(model, labels, h, rope, cache, schedule=None):
-    """Write the cache entries (K/V, or MLA's latent) of the exited state h (B, 1, C) into the slots of the skipped
-    steps `labels` (CALM-style): what each step's attention would read of h (Block.attention_input), modulated as
-    that pass of a conditioned loop at `schedule` is (TMLT / LoopFormer / IterAdaLN, loop.py)."""
-    pass_embeddings = {}  # {loop index: conditioning vector}, filled on first use
-    for label in labels:
-        block = model.blocks[label.layer]
-        cond = None
-        if block.modulator is not None and label.part == "loop":
-            if label.loop not in pass_embeddings:
-                steps = model.resolve_schedule(schedule)
-                pass_embeddings[label.loop] = model.loop_embedding(label.loop, sum(steps[:label.loop]),
-                                                                   steps[label.loop])
-            cond = LoopCond(block.modulator, pass_embeddings[label.loop])
-        a, _ = block.attention_input(h, cond)
-        cache.update(label.index, *block.attn.cache_entry(a, rope))
-
-
 # the one exit decision and its KV fill: decoding (decode_step) and eval.py's teacher-forced scoring use it
 ExitWalk = namedtuple("ExitWalk", "label h k_exit reads scores exit_logits")
 
@@ -474,7 +456,7 @@ def walk_with_exits(model, x, walk, cands, criterion, tau, fill, cache=None, row
     where the criterion's score < tau. rows: a (B, T) mask of the positions that may exit (default: all).
     together (decoding a batch): the batch exits at the first candidate where every row may, and the walk stops
     there: fill='propagate' writes the skipped steps' cache entries (labels: the plan) from the exited state
-    (propagate_fill), 'recompute' runs the rest of the walk anyway. Otherwise (teacher-forced scoring) each
+    (GPT.fill_cache), 'recompute' runs the rest of the walk anyway. Otherwise (teacher-forced scoring) each
     position exits on its own: with propagate it keeps its exited state through the rest of the walk, so the later
     steps' cache entries come from that state as a propagate fill's would; with recompute the walk goes on.
     on_exit(new, logits): called at each exit with the mask of the positions exiting there (over rows) and the
@@ -527,8 +509,8 @@ def finish_after_exit(model, walk, cand, fill, labels, x, cache, schedule):
     cache entries from the exited state; recompute runs the rest of the walk anyway (exact caches, no saving)."""
     if fill == "propagate":
         walk.close()  # stop the depth here
-        propagate_fill(model, [lab for lab in labels[cand.pos + 1:] if lab.part != "coda"], cand.h,
-                       model.rope(cache.pos, x.size(1)), cache, schedule)
+        model.fill_cache([lab for lab in labels[cand.pos + 1:] if lab.part != "coda"], cand.h,
+                         model.rope(cache.pos, x.size(1)), cache, schedule)
     else:
         last(walk)
 

@@ -458,7 +458,7 @@ class Block(nn.Module):
 
     def attention_input(self, x, cond=None):
         """(what the attention reads of the stream x, the gate of its branch): the pre-norm modulated by cond.
-        forward uses it, and so does early exit's cache fill (early_exit.propagate_fill)."""
+        forward uses it, and so does an early exit's cache fill (GPT.fill_cache)."""
         scale, shift, gate = cond.attn(x) if cond is not None else (None, None, None)
         return modulate(self.norm_attn(x), scale, shift), gate
 
@@ -515,10 +515,6 @@ class GPT(nn.Module):
         self.lm_head = nn.Linear(C, V, bias=False)
         if cfg.tie_embeddings:
             self.lm_head.weight = self.wte.weight
-        if cfg.pos_emb == "rope":
-            cos, sin = rope_tables(cfg.rope_dim, cfg.block_size, cfg.rope_base)
-            self.register_buffer("rope_cos", cos, persistent=False)
-            self.register_buffer("rope_sin", sin, persistent=False)
         # the loop's own parts: norms after the embedding and each pass (Schwethelm et al.), what runs between the
         # passes (injection or hyper-connections, under its own name: inject | hc), the conditioning's embedders
         self.norm_embed = RMSNorm(C, cfg.norm_eps, cfg.norm_gain) if cfg.loop_norm else None
@@ -530,16 +526,26 @@ class GPT(nn.Module):
         self.loop_embed = self.step_embed = None  # the papers' embedder names, None without them (analyses ask)
         for name in self.cond.embedders if self.cond is not None else ():  # in the row's order: its init order
             setattr(self, name, ScalarEmbedder(C))
-        # the branch multipliers as a tensor, so that the compiled block never specialises on their value
-        rule = RESIDUAL_RULES[cfg.residual_scaling]
-        if rule.multiplier is not None or res_scale is not None:
-            eps = rule.multiplier(cfg) if res_scale is None else res_scale
-            scales = [eps if self.part(i) == "loop" else 1.0 for i in range(len(self.blocks))]
-            self.register_buffer("res_scales", torch.tensor(scales), persistent=False)
-        else:
+        buffers = self.derived_buffers(res_scale)
+        for name, tensor in buffers.items():
+            self.register_buffer(name, tensor, persistent=False)
+        if "res_scales" not in buffers:
             self.res_scales = None
 
     # ---- structure ----
+    def derived_buffers(self, res_scale=None):
+        """The buffers computed from the config, never saved: the RoPE tables and the branch multipliers (a tensor,
+        so that the compiled block never specialises on their value; only under a residual rule or a res_scale).
+        __init__ registers them; a model that transformers builds on the meta device refills them from here."""
+        cfg, out = self.config, {}
+        if cfg.pos_emb == "rope":
+            out["rope_cos"], out["rope_sin"] = rope_tables(cfg.rope_dim, cfg.block_size, cfg.rope_base)
+        rule = RESIDUAL_RULES[cfg.residual_scaling]
+        if rule.multiplier is not None or res_scale is not None:
+            eps = rule.multiplier(cfg) if res_scale is None else res_scale
+            out["res_scales"] = torch.tensor([eps if self.part(i) == "loop" else 1.0 for i in range(len(self.blocks))])
+        return out
+
     @property
     def between(self):
         """The module for what happens between loop passes (loop.between_passes_kind)."""
@@ -671,6 +677,23 @@ class GPT(nn.Module):
                     state = self.between.write(state, s, u_in, label.loop)
                     x = self.between.pool(state)
             yield label, x, cond
+
+    def fill_cache(self, labels, h, rope, cache, schedule=None):
+        """An early exit's KV fill (CALM-style): write into the slots of the skipped steps `labels` what each step's
+        attention would read of the exited state h (B, 1, C) (its K/V, or MLA's latent), modulated as that pass of a
+        conditioned loop at `schedule` is, so that later tokens can still attend to every slot."""
+        pass_embeddings = {}  # {loop index: conditioning vector}, filled on first use
+        for label in labels:
+            block = self.blocks[label.layer]
+            cond = None
+            if block.modulator is not None and label.part == "loop":
+                if label.loop not in pass_embeddings:
+                    steps = self.resolve_schedule(schedule)
+                    pass_embeddings[label.loop] = self.loop_embedding(label.loop, sum(steps[:label.loop]),
+                                                                      steps[label.loop])
+                cond = LoopCond(block.modulator, pass_embeddings[label.loop])
+            a, _ = block.attention_input(h, cond)
+            cache.update(label.index, *block.attn.cache_entry(a, rope))
 
     def final_state(self, h, label=None, cache=None):
         """The state the final norm reads, from a state anywhere in the walk. An early exit before the end of the

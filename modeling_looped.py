@@ -22,15 +22,14 @@ Huginn's num_steps):
 cpu_kernels: the run's CPU fast paths (kernels.py), switched on at the first call on a CPU, as load_model does.
 Padding is refused: the model attends to every token it is given, so a batch holds rows of one length.
 """
-import torch
 import torch.nn.functional as F
 from transformers import GenerationMixin, PretrainedConfig, PreTrainedModel
 from transformers.cache_utils import Cache, CacheLayerMixin
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from kernels import on_cpu
-from loop import RESIDUAL_RULES, LoopCond, is_looped
-from model import GPT, GPTConfig, KVCache, rope_tables
+from loop import is_looped
+from model import GPT, GPTConfig, KVCache
 from moe import MoE
 
 
@@ -112,18 +111,11 @@ class LoopedForCausalLM(PreTrainedModel, GenerationMixin):
 
     def _init_weights(self, module):
         """transformers builds the model on the meta device, loads the weights and leaves the non-persistent
-        buffers empty: refill those (RoPE tables and residual multipliers, as GPT.__init__ computes them; MoE load
-        counters at zero). Every weight comes from model.safetensors: nothing is drawn at random."""
+        buffers empty: refill those (GPT.derived_buffers: RoPE tables and residual multipliers; MoE load counters at
+        zero). Every weight comes from model.safetensors: nothing is drawn at random."""
         if isinstance(module, GPT):
-            cfg = module.config
-            if cfg.pos_emb == "rope":
-                cos, sin = rope_tables(cfg.rope_dim, cfg.block_size, cfg.rope_base)
-                module.rope_cos.copy_(cos)
-                module.rope_sin.copy_(sin)
-            if module.res_scales is not None:  # the shared blocks' multiplier, 1 elsewhere (GPT.__init__)
-                eps = RESIDUAL_RULES[cfg.residual_scaling].multiplier(cfg)
-                scales = [eps if module.part(i) == "loop" else 1.0 for i in range(len(module.blocks))]
-                module.res_scales.copy_(torch.tensor(scales))
+            for name, tensor in module.derived_buffers().items():
+                getattr(module, name).copy_(tensor)
         elif isinstance(module, MoE):
             module.expert_load.zero_()
 
@@ -180,9 +172,10 @@ class LoopedForCausalLM(PreTrainedModel, GenerationMixin):
     def exit_step(self, idx, kv, schedule, tau):
         """One new token per row, idx (B, 1), through the depth with the KV cache, stopping at the first candidate
         exit where every row's next-token entropy (in nats) is below tau; the KV slots of the steps it skipped are
-        filled from the exited state (propagate). early_exit.decode_step with criterion entropy and fill propagate,
-        the settings sample.py decodes with: early_exit.py imports the scripts' machinery, so the remote code holds
-        this short copy, pinned to it by tests/test_export.py. Returns the logits (B, 1, padded vocab)."""
+        filled from the exited state (GPT.fill_cache). This is early_exit.decode_step with the entropy criterion and
+        the propagate fill, the settings sample.py decodes with: early_exit.py imports the scripts' machinery, so the
+        remote code holds this short loop, pinned to it by tests/test_export.py. Returns the logits (B, 1, padded
+        vocab)."""
         gpt = self.gpt
         plan = gpt.plan(schedule)
         loop_steps = [i for i, label in enumerate(plan) if label.part == "loop"]
@@ -196,25 +189,9 @@ class LoopedForCausalLM(PreTrainedModel, GenerationMixin):
                 logp = F.log_softmax(logits.float(), dim=-1)
                 if bool(((-(logp.exp() * logp).sum(-1)).clamp_min(0.0) < tau).all()):
                     walk.close()
-                    self.propagate(plan[i + 1:], h, rope, kv, schedule)
+                    gpt.fill_cache([lab for lab in plan[i + 1:] if lab.part != "coda"], h, rope, kv, schedule)
                     kv.pos += 1
                     return logits
         logits = gpt.readout(h, label, kv)
         kv.pos += 1
         return logits
-
-    def propagate(self, labels, h, rope, kv, schedule):
-        """Fill the KV slots of the skipped steps (their coda excepted, which ran) with what each step's attention
-        would read of the exited state h, modulated as its pass is (early_exit.propagate_fill)."""
-        gpt = self.gpt
-        steps = gpt.resolve_schedule(schedule)
-        for label in labels:
-            if label.part == "coda":
-                continue
-            block = gpt.blocks[label.layer]
-            cond = None
-            if block.modulator is not None and label.part == "loop":
-                c = gpt.loop_embedding(label.loop, sum(steps[:label.loop]), steps[label.loop])
-                cond = LoopCond(block.modulator, c)
-            a, _ = block.attention_input(h, cond)
-            kv.update(label.index, *block.attn.cache_entry(a, rope))

@@ -397,7 +397,7 @@ def test_mla_decoding_flops_match_flop_counter():
     _, full = ee.decode_flops(model, labels, [st])
     assert full == pytest.approx(counter.get_total_flops() / B, rel=1e-9)
     with torch.no_grad(), FlopCounterMode(display=False) as counter:
-        ee.propagate_fill(model, labels[1:], model.embed(prompt[:, :1]), model.rope(7, 1), cache)
+        model.fill_cache(labels[1:], model.embed(prompt[:, :1]), model.rope(7, 1), cache)
     assert ee.kv_fill_flops(model) * (len(labels) - 1) == counter.get_total_flops() / B
 
 
