@@ -3,6 +3,7 @@ OpenMP's spinning threads can slow them a hundredfold, so tests (and the scripts
 import os
 import sys
 
+import pytest
 import torch
 
 os.environ["OMP_NUM_THREADS"] = "1"  # inherited by the train.py / torchrun processes the tests start
@@ -18,3 +19,15 @@ def pytest_configure(config):
         config.option.dist = "loadgroup"
     if hasattr(config, "workerinput"):  # a worker: name each test's group in its id, as --dist=loadgroup does
         config.option.loadgroup = True
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    """train.py's data keys for a small byte-level corpus made from local files (fast; the real offline corpus is
+    tested in test_data): tiny runs in test_train, test_docs and others."""
+    d = tmp_path_factory.mktemp("corpus")
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    text = open(os.path.join(repo, "train.py")).read() + open(os.path.join(repo, "model.py")).read()
+    for i in range(8):
+        (d / f"doc{i}.txt").write_text(text[i * 3000:(i + 1) * 3000 + 20000])
+    return ["--data_source=files:" + str(d / "*.txt"), "--tokenizer=byte", "--data_dir=" + str(d / "tokens")]

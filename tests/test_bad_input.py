@@ -40,7 +40,8 @@ arguments = st.lists(st.sampled_from(KEYS).flatmap(lambda k: value_for(k).map(la
                      min_size=1, max_size=4)
 
 
-@settings(max_examples=300, deadline=None, derandomize=True, database=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=300, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow])
 @given(argv=arguments)
 def test_random_bad_keys_give_one_line_and_no_traceback(argv):
     try:

@@ -15,7 +15,7 @@ import reference
 import train
 from loop import is_looped, trajectory_rng
 from model import GPT, GPTConfig
-from test_train import TINY, data_dir, losses, read_log  # noqa: F401 (data_dir is a fixture)
+from test_train import TINY, losses, read_log
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 COMPILED = ["moe_grouped", "mla_looped_moe", "loopformer_shortcut", "hyper_connections"]

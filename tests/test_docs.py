@@ -119,16 +119,6 @@ def key_values(args, keys):
             for v in a.split("=", 1)[1].split(",") if v]
 
 
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory):
-    """A small byte-level corpus from the repository's own files (as tests/test_train.py)."""
-    d = tmp_path_factory.mktemp("corpus")
-    text = open(os.path.join(REPO, "train.py")).read() + open(os.path.join(REPO, "model.py")).read()
-    for i in range(4):
-        (d / f"doc{i}.txt").write_text(text[i * 3000:(i + 1) * 3000 + 12000])
-    return ["--data_source=files:" + str(d / "*.txt"), "--tokenizer=byte", "--data_dir=" + str(d / "tokens")]
-
-
 def run_command(args, corpus):
     """One command in-process: its script's main(argv) with the cut appended; stdout captured."""
     script, rest = args[1], args[2:]
@@ -185,7 +175,7 @@ def check_uncut_outputs(args, tmp):
 
 
 @pytest.mark.parametrize("doc,section", sorted(SECTIONS), ids=lambda x: re.sub(r"\W+", "_", x)[:40])
-def test_every_command_block_runs(doc, section, corpus, tmp_path, monkeypatch):
+def test_every_command_block_runs(doc, section, data_dir, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     for name in ("config", "records"):
         os.symlink(os.path.join(REPO, name), tmp_path / name)
@@ -201,10 +191,10 @@ def test_every_command_block_runs(doc, section, corpus, tmp_path, monkeypatch):
             assert all(part.strip() in quiet for part in text.split("&&")), f"{where}: not the line .ci/run runs"
             continue
         assert args[0] in ("python", "python3"), f"{where}: {args[0]} cannot run in-process: mark it"
-        make_missing_runs(args, doc, corpus)
+        make_missing_runs(args, doc, data_dir)
         for v in key_values(args, ("out",)):  # the folders a fresh checkout has (COURSE.md writes into course/)
             os.makedirs(os.path.dirname(v) or ".", exist_ok=True)
-        run_command(args, corpus)
+        run_command(args, data_dir)
         if not cut_of(args):
             check_uncut_outputs(args, str(tmp_path))
 

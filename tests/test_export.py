@@ -27,6 +27,7 @@ from configurator import ConfigError
 from data import get_tokenizer
 from early_exit import generate_with_exit
 from model import GPT, GPTConfig
+from test_eval import ADAPTER_YAMLS, MC_ROWS
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TINY = dict(block_size=32, n_layer=2, n_embd=32, head_dim=16)
@@ -331,48 +332,8 @@ for name, args in spec["runs"].items():
     out[name] = r["results"]
 json.dump(out, open(sys.argv[2], "w"))
 '''
-TASK_YAMLS = {
-    "fx_mc.yaml": """task: fx_mc
-dataset_path: json
-dataset_kwargs:
-  data_files:
-    validation: {dir}/mc.jsonl
-output_type: multiple_choice
-validation_split: validation
-doc_to_text: "Question: {{{{question}}}}\\nAnswer:"
-doc_to_choice: "{{{{choices}}}}"
-doc_to_target: "{{{{gold}}}}"
-metric_list:
-  - metric: acc
-  - metric: acc_norm
-""",
-    "fx_lambada.yaml": """include: {harness}/lambada/lambada_openai.yaml
-task: fx_lambada
-tag: []
-dataset_path: json
-dataset_name: null
-dataset_kwargs:
-  data_files:
-    test: {fixtures}/lambada_openai/test.jsonl
-""",
-    "fx_rolling.yaml": """task: fx_rolling
-dataset_path: json
-dataset_kwargs:
-  data_files:
-    test: {fixtures}/lambada_openai/test.jsonl
-output_type: loglikelihood_rolling
-test_split: test
-doc_to_text: ""
-doc_to_target: "{{{{text}}}}"
-metric_list:
-  - metric: word_perplexity
-  - metric: byte_perplexity
-  - metric: bits_per_byte
-""",
-}
-MC_ROWS = [dict(question="Which drink is hot?", choices=["tea", "iced café", "cold milk"], gold=0),
-           dict(question="Which is a colour?", choices=["blue", "seven", "über"], gold=0),
-           dict(question="Pick the fruit", choices=["chair", "apple", "rock", "naïve pear"], gold=1)]
+# the local tasks of eval.py's harness-adapter test (tests/test_eval.py), so both tests score the same definitions
+TASK_YAMLS = {name: ADAPTER_YAMLS[name] for name in ("fx_mc.yaml", "fx_lambada.yaml", "fx_rolling.yaml")}
 
 
 def test_lm_eval_hf_model_on_an_export_scores_as_eval_py_harness_on_the_run(tmp_path):

@@ -18,7 +18,7 @@ import optim
 import train
 from configurator import ConfigError
 from model import GPT, GPTConfig
-from test_train import TINY as TRAIN_TINY, data_dir, losses  # noqa: F401 (data_dir is a fixture)
+from test_train import TINY as TRAIN_TINY, losses
 
 TINY = dict(block_size=16, vocab_size=61, n_layer=2, n_embd=32, head_dim=16, n_loop=2, n_expert=4, top_k=2,
             moe_bias_rate=0.01)

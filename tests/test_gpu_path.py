@@ -12,7 +12,7 @@ import data
 import model
 import distributed
 import train
-from test_train import TINY, data_dir, losses  # noqa: F401 (data_dir is a fixture)
+from test_train import TINY, losses
 
 HOST_READS = ("item", "tolist", "__float__", "__int__", "__bool__", "__index__", "__array__")
 LOOPED_MOE = ["--n_layer=2", "--n_loop=2", "--n_expert=4", "--top_k=2", "--moe_dispatch=grouped",

@@ -25,16 +25,6 @@ TINY = ["--n_layer=2", "--n_embd=64", "--head_dim=16", "--block_size=32", "--bat
         "--eval_tokens=2048", "--log_interval=1"]
 
 
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    """A small byte-level corpus made from local files (fast; the real offline corpus is tested in test_data)."""
-    d = tmp_path_factory.mktemp("corpus")
-    text = open(os.path.join(REPO, "train.py")).read() + open(os.path.join(REPO, "model.py")).read()
-    for i in range(8):
-        (d / f"doc{i}.txt").write_text(text[i * 3000:(i + 1) * 3000 + 20000])
-    return ["--data_source=files:" + str(d / "*.txt"), "--tokenizer=byte", "--data_dir=" + str(d / "tokens")]
-
-
 def read_log(out_dir):
     return [json.loads(line) for line in open(os.path.join(out_dir, "log.jsonl"))]
 
