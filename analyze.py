@@ -352,9 +352,9 @@ def run_jsd(cfg, model_cfg):
         for b in boundaries([row["label"] for row in r["layers"]]):
             for ax in axes:
                 ax.axvline(b + 0.5, color=line.get_color(), ls=":", lw=1)
-    axes[0].set(xlabel="effective layer", ylabel="normalised JSD to final layer",
+    axes[0].set(xlabel="effective layer (index)", ylabel="JSD to the final layer (normalised, 0-1)",
                 title="Mean JSD (± std over sequences)")
-    axes[1].set(xlabel="effective layer", ylabel=f"fraction of tokens with JSD < {cfg['jsd_threshold']:g}",
+    axes[1].set(xlabel="effective layer (index)", ylabel=f"tokens with JSD < {cfg['jsd_threshold']:g} (fraction)",
                 title="Converged tokens",
                 ylim=(0, 1.02))
     axes[0].legend()
@@ -404,7 +404,7 @@ def run_routing(cfg, model_cfg):
                 if s >= 6:
                     ax.text(int(x) + 1, b + s / 2, f"{s:.0f}", ha="center", va="center", fontsize=7)
             bottom += share
-        ax.set(xlabel="physical layer", ylabel="% of tokens", title=f"{name}: experts on pass 1 vs pass 2",
+        ax.set(xlabel="physical layer (index)", ylabel="tokens (%)", title=f"{readable(name)}: experts on pass 1 vs 2",
                ylim=(0, 100), xticks=[int(layer) + 1 for layer in layers])
         ax.legend(fontsize=8)
     return result, fig
@@ -442,9 +442,18 @@ def run_routing_dynamics(cfg, model_cfg):
                 if c >= len(panels):
                     ax.axis("off")
                     continue
-                heatmap(ax, np.array(panels[c][1][metric]), f"{name} {panels[c][0]}: {metric}", "iteration",
-                        first=0)
+                heatmap(ax, np.array(panels[c][1][metric]), f"{readable(name)} {panels[c][0]}: {metric}",
+                        "iteration (pass)", first=0)
     return result, fig
+
+
+def readable(name):
+    """A run directory's name on a slide: underscores read as spaces."""
+    return name.replace("_", " ")
+
+
+STAT_NAMES = {"mean_abs_gamma": "mean |γ| (scale)", "mean_abs_beta": "mean |β| (shift)", "mean_alpha": "mean α (gate)",
+              "tok_std_alpha": "α over tokens (std)", "tok_range_alpha": "α over tokens (max - min)"}
 
 
 def heatmap(ax, matrix, title, axis_label, vmin=None, vmax=None, first=1):
@@ -503,7 +512,8 @@ def run_iteradaln(cfg, model_cfg):
                     series[f"L{row['layer'] + 1} {row['branch']}"].append((row["loop"], row[stat]))
             for key, pts in series.items():
                 ax.plot(*zip(*sorted(pts)), marker="o", ms=3, label=key)
-            ax.set(title=f"{name}: {stat}", xlabel="iteration", xticks=sorted({row["loop"] for row in rows}))
+            ax.set(title=readable(name), xlabel="iteration (pass)", ylabel=STAT_NAMES[stat],
+                   xticks=sorted({row["loop"] for row in rows}))
             if series:
                 ax.legend(fontsize=6)
     return result, fig
@@ -530,13 +540,14 @@ def run_active_params(cfg, model_cfg):
     fig, axes = plt.subplots(1, len(result), figsize=(5.5 * len(result), 4), squeeze=False)
     for ax, (name, r) in zip(axes[0], result.items()):
         k = r["iterations"]
-        ax.plot(k, r["a_attn"], marker="s", label="A_attn")
-        ax.plot(k, r["a_ffn"], marker="o", label="A_ffn (unique)")
-        ax.set(xlabel="loop iterations K", ylabel="active parameters per token", title=name, xticks=k)
+        ax.plot(k, r["a_attn"], marker="s", label="attention, A attn")
+        ax.plot(k, r["a_ffn"], marker="o", label="experts used, A ffn (unique)")
+        ax.set(xlabel="loop iterations K (passes)", ylabel="active parameters per token (count)", title=readable(name),
+               xticks=k)
         ax2 = ax.twinx()
-        ax2.plot(k, r["rho"], color="k", marker="^", label="rho")
-        ax2.axhline(r["rho_star"], color="r", ls=":", label="rho* (K = 1: non-looped MoE)")
-        ax2.set_ylabel("rho = A_attn / A_ffn")
+        ax2.plot(k, r["rho"], color="k", marker="^", label="ρ")
+        ax2.axhline(r["rho_star"], color="r", ls=":", label="ρ* (K = 1: non-looped MoE)")
+        ax2.set_ylabel("ρ = A attn / A ffn (ratio)")
         ax.legend(loc="upper left", fontsize=7)
         ax2.legend(loc="upper right", fontsize=7)
     return result, fig
@@ -569,12 +580,12 @@ def run_theorem1(cfg, model_cfg):
         for alpha, color in zip(ALPHAS.values(), ("tab:red", "tab:orange", "tab:green")):
             rows = result[f"{kind}_alpha{alpha:g}"]
             n = [r["n_loop"] for r in rows]
-            ax.plot(n, [r["mean"] for r in rows], marker="o", color=color, label=f"alpha={alpha:g} measured")
+            ax.plot(n, [r["mean"] for r in rows], marker="o", color=color, label=f"α = {alpha:g}, measured")
             ax.fill_between(n, [r["min"] for r in rows], [r["max"] for r in rows], color=color, alpha=0.2)
             bound = " (lower bound)" if kind == "shared" and alpha < 1 else ""
-            ax.plot(n, [r["predicted"] for r in rows], ls="--", color=color, label=f"alpha={alpha:g} theory{bound}")
-        ax.set(xscale="log", yscale="log", xlabel="loop count N", ylabel="||h_N|| / sqrt(d)",
-               title=("shared W (Theorem 1)" if kind == "shared" else "independent W_n") + f", d={cfg['width']}")
+            ax.plot(n, [r["predicted"] for r in rows], ls="--", color=color, label=f"α = {alpha:g}, theory{bound}")
+        ax.set(xscale="log", yscale="log", xlabel="loop count N (passes)", ylabel="‖h‖/√d after N passes (relative)",
+               title=("shared W (Theorem 1)" if kind == "shared" else "independent Wₙ") + f", d = {cfg['width']}")
         ax.set_xscale("log", base=2)
         ax.legend(fontsize=7)
     return result, fig
@@ -678,19 +689,19 @@ def residual_figure(result, cosines, cfg):
                 if k == str(max(r)):
                     ax_steps.plot(range(1, len(v["updates"]) + 1), v["updates"], marker=".", color=c,
                                   label=f"{scaling}, R={k}")
-        ax_n.set(xscale="log", yscale="log", xlabel="loop count R", ylabel="||h|| / sqrt(d)",
+        ax_n.set(xscale="log", yscale="log", xlabel="loop count R (passes)", ylabel="‖h‖/√d (relative)",
                  title=f"{kind}: residual norm after {cfg['steps']} AdamW steps")
-        ax_u.set(xscale="log", yscale="log", xlabel="loop count R", ylabel="RMS(y_after - y_before)",
+        ax_u.set(xscale="log", yscale="log", xlabel="loop count R (passes)", ylabel="output change (RMS)",
                  title=f"{kind}: output change after step 1")
-        ax_steps.set(yscale="log", xlabel="optimizer step", ylabel="RMS output change",
+        ax_steps.set(yscale="log", xlabel="optimizer step (index)", ylabel="output change (RMS)",
                      title=f"{kind}: output change per step")
         for ax in (ax_n, ax_u):
             ax.set_xscale("log", base=2)
         for ax in (ax_n, ax_u, ax_steps):
             ax.legend(fontsize=7)
         if kind in cosines:
-            heatmap(ax_cos, np.array(cosines[kind]), f"{kind}, no scaling, R={max(cfg['loops'])}: cos(D_i, D_j)",
-                    "loop step", vmin=-1, vmax=1)
+            heatmap(ax_cos, np.array(cosines[kind]), f"{kind}, no scaling, R = {max(cfg['loops'])}: cos(Δᵢ, Δⱼ)",
+                    "loop step (index)", vmin=-1, vmax=1)
         else:
             ax_cos.axis("off")
     return fig
@@ -716,12 +727,13 @@ def run_residual_ckpt(cfg, model_cfg):
     with_cos = [name for name, r in result.items() if r["increment_cosine"] is not None]
     fig, axes = plt.subplots(1, 1 + len(with_cos), figsize=(5 * (1 + len(with_cos)), 4), squeeze=False)
     for name, r in result.items():
-        axes[0][0].plot(range(len(r["l2_norm"])), r["l2_norm"], marker="o", label=name)
-    axes[0][0].set(xlabel="loop step (0 = input of the loop)", ylabel="mean per-token L2 norm",
+        axes[0][0].plot(range(len(r["l2_norm"])), r["l2_norm"], marker="o", label=readable(name))
+    axes[0][0].set(xlabel="loop step (0 = input of the loop)", ylabel="residual-stream norm (L2 per token)",
                    title="Residual-stream norm per loop step")
     axes[0][0].legend(fontsize=7)
     for ax, name in zip(axes[0][1:], with_cos):
-        heatmap(ax, np.array(result[name]["increment_cosine"]), f"{name}: cos(D_i, D_j)", "loop step", -1, 1)
+        heatmap(ax, np.array(result[name]["increment_cosine"]), f"{readable(name)}: cos(Δᵢ, Δⱼ)", "loop step (index)",
+                -1, 1)
     return result, fig
 
 
@@ -762,15 +774,16 @@ def run_representation(cfg, model_cfg):
                             **{f"{k}_std": np.std(v, 0).tolist() for k, v in values.items()})
     fig = plt.figure(figsize=(max(15, 4.5 * len(result)), 8))
     grid = fig.add_gridspec(2, max(3, len(result)))
-    for i, (key, title) in enumerate((("curvature", "(a) curvature (rad)"), ("anisotropy", "(b) anisotropy"),
-                                      ("prompt_entropy", "(c) normalised prompt entropy"))):
+    for i, (key, title, ylabel) in enumerate((("curvature", "curvature", "turning angle (rad)"),
+                                              ("anisotropy", "anisotropy", "mean pairwise cosine (-1 to 1)"),
+                                              ("prompt_entropy", "prompt entropy", "entropy (normalised, 0-1)"))):
         ax = fig.add_subplot(grid[0, i])
         for name, r in result.items():
-            ax.plot(r["depth"], r[key], marker="o", ms=3, label=name)
-        ax.set(xlabel="normalised depth", title=title)
+            ax.plot(r["depth"], r[key], marker="o", ms=3, label=readable(name))
+        ax.set(xlabel="depth (fraction of the effective layers)", ylabel=ylabel, title=title)
         ax.legend(fontsize=7)
     for i, (name, r) in enumerate(result.items()):
-        heatmap(fig.add_subplot(grid[1, i]), np.array(r["cka"]), f"{name}: CKA", "loop step")
+        heatmap(fig.add_subplot(grid[1, i]), np.array(r["cka"]), f"{readable(name)}: CKA", "loop step (index)")
     return result, fig
 
 
@@ -841,9 +854,11 @@ def run_coordcheck(cfg, model_cfg):
             ax = axes[i][t]
             for kind in next(iter(per_x.values())):
                 ax.plot(xs, [v[kind][t] for v in per_x.values()], marker="o", ms=3, label=kind)
-            ax.set(xscale="log", yscale="log", title=f"{title}, t={t + 1}", xlabel=title.split(",")[0])
+            ax.set(xscale="log", yscale="log", title=f"{title}, step {t + 1}",
+                   xlabel={"width": "width d (channels)", "loops": "loop count R (passes)"}[title.split(",")[0]])
             ax.set_xscale("log", base=2)
-        axes[i][0].set_ylabel("mean |activation|")
+        for ax in axes[i]:
+            ax.set_ylabel("mean |activation| (per unit)")
         axes[i][0].legend(fontsize=6)
     return dict(runs=dict(result), log_log_slope_last_step=slopes, model_config=model_cfg.to_dict()), fig
 

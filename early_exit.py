@@ -817,7 +817,12 @@ def print_table(results, key):
                   + " ".join(f"{v:7.2f}" if v is not None else "      -" for v in row))
 
 
-def plot_exits(results, path):
+PPL_LABEL = "validation perplexity (e^nats per token)"
+
+
+def draw_exits(results):
+    """The Pareto frontiers of an exit study: perplexity against the FLOPs saved, in Lee et al.'s measure (depth
+    skipped) and in true FLOPs (exit checks included), one line per model (and criterion); a star at full depth."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -829,7 +834,7 @@ def plot_exits(results, path):
         for i, (name, r) in enumerate(results.items()):
             for j, (c, e) in enumerate(r["criteria"].items()):
                 front = [p for p in e[f"frontier_{key}"] if p[key] >= 0]
-                label = name if len(r["criteria"]) == 1 else f"{name} [{c}]"
+                label = readable_name(name) if len(r["criteria"]) == 1 else f"{readable_name(name)}, {c}"
                 color = f"C{j}" if one_model else f"C{i}"  # one model: a colour per criterion
                 ax.plot([100 * p[key] for p in front], [p["ppl"] for p in front], styles[j % 4], color=color,
                         marker=markers[j % 6], ms=2.5, label=label)
@@ -837,16 +842,17 @@ def plot_exits(results, path):
             ax.plot([0], [r["full_ppl"]], "*", color=color, ms=9, clip_on=False, zorder=5)  # the plain full forward
         ax.set_yscale("log")
         ax.set_xlim(0, None)
-        ax.set_xlabel(f"FLOPs saved (%): {title}")
-        ax.set_ylabel("perplexity")
+        ax.set_xlabel(f"FLOPs saved: {title} (%)")
+        ax.set_ylabel(PPL_LABEL)
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=8, title="star: full depth", title_fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=130)
-    plt.close(fig)
+    return fig
 
 
-def plot_elastic(results, path):
+def draw_elastic(results):
+    """Perplexity at each budget M (uniform steps), one line per model; and for a model studied at one budget, every
+    schedule of that budget, best to worst (dots: the spread is small against the perplexity, so no bars cut short)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -856,22 +862,36 @@ def plot_elastic(results, path):
     ax = axes[0][0]
     for name, r in results.items():
         Ms = sorted(r["budgets"], key=int)
-        ax.plot(Ms, [r["budgets"][m] for m in Ms], "o-", label=name)
+        ax.plot([int(m) for m in Ms], [r["budgets"][m] for m in Ms], "o-", label=readable_name(name))
+    ax.set_xticks(sorted({int(m) for r in results.values() for m in r["budgets"]}))
     ax.set_xlabel("budget M (loop steps, uniform schedule)")
-    ax.set_ylabel("perplexity")
+    ax.set_ylabel(PPL_LABEL)
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     for ax, (name, r) in zip(axes[0][1:], with_schedules):
-        rows = r["all_schedules"]
-        ax.bar(range(len(rows)), [row["ppl"] for row in rows], color="C0")
-        lo = min(row["ppl"] for row in rows)
-        ax.set_ylim(lo * 0.98, max(row["ppl"] for row in rows) * 1.01)
-        ax.set_xticks(range(len(rows)))
-        ax.set_xticklabels(["".join(map(str, row["steps"])) for row in rows], rotation=90, fontsize=5)
-        ax.set_title(f"{name}: all M={len(rows[0]['steps'])} schedules (steps in 1/{r['L']})", fontsize=9)
-        ax.set_ylabel("perplexity")
+        rows = sorted(r["all_schedules"], key=lambda row: row["ppl"])
+        ax.plot(range(1, len(rows) + 1), [row["ppl"] for row in rows], "o", color="C0")
+        if len(rows) <= 12:  # few enough to name each schedule by its steps (units of 1/L)
+            for k, row in enumerate(rows, 1):
+                ax.annotate("+".join(map(str, row["steps"])), (k, row["ppl"]), fontsize=7, xytext=(3, 3),
+                            textcoords="offset points")
+        ax.set_title(f"{readable_name(name)}: every schedule of {len(rows[0]['steps'])} steps (in 1/{r['L']})",
+                     fontsize=9)
+        ax.set_xlabel("schedule, best to worst (rank)")
+        ax.set_ylabel(PPL_LABEL)
+        ax.grid(alpha=0.3)
     fig.tight_layout()
+    return fig
+
+
+def readable_name(name):
+    """A run directory's name on a slide: underscores read as spaces."""
+    return name.replace("_", " ")
+
+
+def save_figure(fig, path):
     fig.savefig(path, dpi=130)
+    import matplotlib.pyplot as plt
     plt.close(fig)
 
 
@@ -929,7 +949,7 @@ def main(argv=None):
     if cfg["mode"] == "exit":
         print_table(results, "saved_depth")
         print_table(results, "saved_flops")
-        plot_exits(results, prefix + ".png")
+        save_figure(draw_exits(results), prefix + ".png")
     elif cfg["mode"] == "elastic":
         for name, r in results.items():
             print(f"\n{name}: ppl by budget " + ", ".join(f"M={m}: {p:.2f}" for m, p in r["budgets"].items()))
@@ -938,7 +958,7 @@ def main(argv=None):
                 rows = r["all_schedules"]
                 for row in rows if len(rows) <= 8 else rows[:5] + rows[-2:]:
                     print(f"  {str(row['steps']):24s} {row['ppl']:.3f}")
-        plot_elastic(results, prefix + ".png")
+        save_figure(draw_elastic(results), prefix + ".png")
     else:
         for name, rows in results.items():
             print(f"\n{name}: decoding {cfg['new_tokens']} tokens x {cfg['bench_batch']} ({cfg['fill']} fill)")

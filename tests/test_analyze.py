@@ -4,6 +4,7 @@ import json
 import math
 import os
 import sys
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -11,6 +12,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import analyze  # noqa: E402
+from figure_checks import figure_problems  # noqa: E402
 from configurator import ConfigError  # noqa: E402
 from model import GPT, GPTConfig  # noqa: E402
 
@@ -147,9 +149,14 @@ def tiny_checkpoint(path, **overrides):
 
 
 def run(name, tmp_path, *args):
-    out = tmp_path / "out"
-    analyze.main([name, f"--out_dir={out}", "--n_tokens=256", "--batch_size=2", "--seq_len=32", *args])
+    """analyze.py NAME at a tiny size; its figure must pass the slide checks (tests/figure_checks.py)."""
+    out, drawn = tmp_path / "out", []
+    with mock.patch.object(analyze.plt, "close", drawn.append):  # keep the figure main() would close
+        analyze.main([name, f"--out_dir={out}", "--n_tokens=256", "--batch_size=2", "--seq_len=32", *args])
     assert (out / f"{name}.png").stat().st_size > 1000
+    assert figure_problems(drawn[-1]) == [], name
+    for fig in drawn:
+        analyze.plt.close(fig)
     with open(out / f"{name}.json") as f:
         return json.load(f)["result"]
 

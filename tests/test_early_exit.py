@@ -1,6 +1,7 @@
 """Tests of early_exit.py: criteria, candidates, the tau sweep and its accounting, decoding with early exit against
 a slow cache-free reference, schedule enumeration, and the command line on a tiny checkpoint."""
 import functools
+import glob
 import json
 import math
 import os
@@ -12,8 +13,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
 import early_exit as ee  # noqa: E402
+from figure_checks import assert_drawn, figure_problems  # noqa: E402
 from configurator import ConfigError  # noqa: E402
 from model import GPT, GPTConfig, KVCache, Label  # noqa: E402
 
@@ -593,3 +596,38 @@ def test_an_elastic_budget_beyond_the_model_is_one_line(tmp_path):
     with pytest.raises(ConfigError, match="--budget=2: .* has n_loop=1; a budget M must satisfy 1 <= M <= 1"):
         ee.main([f"--ckpt={tmp_path}", "--mode=elastic", "--budget=2", f"--data_dir={data_dir}",
                  f"--out_dir={tmp_path}", "--eval_tokens=256", "--block_size=32"])
+
+
+def committed_studies():
+    """(kind, path) of every committed early_exit.py JSON: the records' and the course's exit and elastic studies."""
+    found = []
+    for path in sorted(glob.glob(os.path.join(ROOT, "records", "*", "*.json"))
+                       + glob.glob(os.path.join(ROOT, "course", "*", "*.json"))):
+        results = json.load(open(path)).get("results")
+        if isinstance(results, dict) and results and all(isinstance(r, dict) for r in results.values()):
+            if all("criteria" in r for r in results.values()):
+                found.append(("exits", path))
+            elif all("budgets" in r for r in results.values()):
+                found.append(("elastic", path))
+    return found
+
+
+@pytest.mark.parametrize("kind,path", committed_studies(), ids=lambda v: os.path.basename(str(v)))
+def test_committed_exit_and_elastic_figures_show_their_numbers_readably(kind, path):
+    """Each committed study's figure, redrawn from its JSON: every frontier point (and the full-depth star), every
+    budget's and every schedule's perplexity is drawn, and the figure passes the slide checks (units, readable
+    names, no bar axis cut short, no overlapping tick labels)."""
+    import matplotlib.pyplot as plt
+    results = json.load(open(path))["results"]
+    fig = (ee.draw_exits if kind == "exits" else ee.draw_elastic)(results)
+    assert figure_problems(fig) == []
+    if kind == "exits":
+        points = [(100 * p[key], p["ppl"]) for r in results.values() for e in r["criteria"].values()
+                  for key in ("saved_depth", "saved_flops") for p in e[f"frontier_{key}"] if p[key] >= 0]
+        points += [(0, r["full_ppl"]) for r in results.values()]
+    else:
+        points = [(int(m), ppl) for r in results.values() for m, ppl in r["budgets"].items()]
+        points += [(k, row["ppl"]) for r in results.values() if "all_schedules" in r
+                   for k, row in enumerate(sorted(r["all_schedules"], key=lambda row: row["ppl"]), 1)]
+    assert_drawn(fig, points)
+    plt.close(fig)

@@ -2,11 +2,9 @@
 a paper-shaped grid; the bootstrap, delta phi, power, learning-rate and comparison statistics; the fit, power and
 figures commands."""
 import glob
-import itertools
 import json
 import math
 import os
-import re
 import sys
 
 import numpy as np
@@ -15,6 +13,7 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 import fits  # noqa: E402
+from figure_checks import assert_drawn, figure_problems, seed_spread_drawn  # noqa: E402
 import scaling  # noqa: E402
 import sweep  # noqa: E402
 
@@ -501,48 +500,6 @@ def drawn(monkeypatch):
     return capture(monkeypatch)
 
 
-def figure_problems(fig):
-    """What a slide may not show: an axis label without its unit in brackets (a categorical axis needs none), a
-    field name, 'C=3e+11' or a bare tuple as a name, a bar axis without zero, tick labels that overlap."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.container import BarContainer
-    from matplotlib.ticker import FixedFormatter, FuncFormatter
-    fig.set_dpi(40)  # a small raster: the layout, text sizes included, scales with dpi, so overlaps do not change
-    canvas = FigureCanvasAgg(fig)
-    canvas.draw()
-    renderer, problems = canvas.get_renderer(), []
-    for ax in fig.axes:
-        legend = [t.get_text() for t in ax.get_legend().get_texts()] if ax.get_legend() else []
-        for axis, label in ((ax.xaxis, ax.get_xlabel()), (ax.yaxis, ax.get_ylabel())):
-            named_ticks = isinstance(axis.get_major_formatter(), (FixedFormatter, FuncFormatter))  # categories
-            if not re.search(r"\([^()]+\)$", label) and not (named_ticks and not label):
-                problems.append(f"axis label without a unit: {label!r}")
-            boxes = [t.get_window_extent(renderer) for t in axis.get_ticklabels() if t.get_visible() and t.get_text()]
-            if any(a.overlaps(b) for a, b in itertools.combinations(boxes, 2)):
-                problems.append(f"tick labels overlap on the axis {label!r}")
-        for name in legend + [ax.get_title(), ax.get_xlabel(), ax.get_ylabel()]:
-            if re.search(r"_|\bC=|\de[+-]?\d|^[(\[]", name):
-                problems.append(f"unreadable name {name!r}")
-        problems += [f"a field name as a tick label: {t.get_text()!r}" for t in ax.get_xticklabels() +
-                     ax.get_yticklabels() if "_" in t.get_text()]
-        if any(isinstance(c, BarContainer) for c in ax.containers) and ax.get_ylim()[0] > 0:
-            problems.append(f"a bar axis without zero: {ax.get_ylim()}")
-    return problems
-
-
-def plotted(fig):
-    """Every (x, y) a figure draws: line vertices, scatter and error bar points, the tops of the bars."""
-    from matplotlib.collections import PathCollection
-    from matplotlib.container import BarContainer
-    points = [[(0.0, 0.0)]]
-    for ax in fig.axes:
-        points += [line.get_xydata() for line in ax.lines]
-        points += [c.get_offsets() for c in ax.collections if isinstance(c, PathCollection)]
-        points += [[(b.get_x() + b.get_width() / 2, b.get_height()) for b in c] for c in ax.containers
-                   if isinstance(c, BarContainer)]
-    return np.concatenate([np.asarray(p, dtype=float).reshape(-1, 2) for p in points])
-
-
 def json_points(law, numbers):
     """The (x, y) each figure must draw, read from its JSON: runs, means, per-seed values, optima, fitted curves."""
     if law == "compare":
@@ -562,20 +519,6 @@ def json_points(law, numbers):
     fronts = numbers["frontier"].values()
     return [p for f in fronts for p in [*zip(f["flops"], f["free"]), *((b["flops_budget"], b["loss"])
                                                                        for b in f["best_runs"])]]
-
-
-def assert_drawn(fig, points):
-    drawn_points = plotted(fig)
-    missing = [p for p in points if not np.isclose(drawn_points, p, rtol=1e-9, atol=0).all(1).any()]
-    assert not missing, f"{len(missing)} of {len(points)} numbers of the JSON are not drawn, e.g. {missing[:3]}"
-
-
-def seed_spread_drawn(fig):
-    """Every panel draws error bars or a band."""
-    from matplotlib.collections import PolyCollection
-    from matplotlib.container import ErrorbarContainer
-    return all(any(isinstance(c, ErrorbarContainer) for c in ax.containers) or any(
-        isinstance(c, PolyCollection) for c in ax.collections) for ax in fig.axes)
 
 
 def several_seeds(law, numbers):
