@@ -887,6 +887,42 @@ def elastic_gaps(loopformer_path, plain_path):
             for M in sorted(ours)}
 
 
+ELASTIC_ARMS = ("LoopFormer", "plain loop trained at L, cut to M", "plain loop trained at M")
+
+
+def elastic_curves(paths):
+    """{arm: {M: [perplexity per seed]}} from the pairs (LOOPFORMER.json, PLAIN.json) elastic_gaps reads: the curve
+    Jeddi et al.'s verdict rests on (their Fig. 4 / Table 1), LoopFormer against its twin and the loops trained at M."""
+    curves = {arm: {} for arm in ELASTIC_ARMS}
+    for lf_path, plain_path in zip(paths[::2], paths[1::2]):
+        with open(lf_path) as f:
+            ours = next(iter(json.load(f)["results"].values()))["budgets"]
+        with open(plain_path) as f:
+            plain = list(json.load(f)["results"].values())
+        twin = max(plain, key=lambda m: m["L"])["budgets"]
+        trained = {str(m["L"]): m["budgets"][str(m["L"])] for m in plain}
+        for arm, budgets in zip(ELASTIC_ARMS, (ours, twin, trained)):
+            for M, ppl in budgets.items():
+                curves[arm].setdefault(int(M), []).append(ppl)
+    return curves
+
+
+def plot_elastic_curves(curves, path):
+    """Perplexity against the budget M: each arm's mean over seeds, a band from its lowest to its highest seed, and
+    every seed as a dot."""
+    fig, (ax,) = _figure(1, width=6.0, height=4.5)
+    for i, (arm, per_m) in enumerate(curves.items()):
+        Ms = sorted(per_m)
+        ax.plot(Ms, [np.mean(per_m[M]) for M in Ms], "o-", color=f"C{i}", label=arm)
+        ax.fill_between(Ms, [min(per_m[M]) for M in Ms], [max(per_m[M]) for M in Ms], color=f"C{i}", alpha=0.2)
+        ax.scatter([M for M in Ms for _ in per_m[M]], [p for M in Ms for p in per_m[M]], color=f"C{i}", s=10)
+    ax.set(xlabel="budget M (loop steps, uniform schedule)", ylabel="validation perplexity (e^nats per token)",
+           xticks=sorted({M for per_m in curves.values() for M in per_m}),
+           title=f"mean over {len(next(iter(next(iter(curves.values())).values())))} seeds, band: lowest to highest")
+    ax.legend(fontsize=8)
+    return _save(fig, {arm: {str(M): v for M, v in per_m.items()} for arm, per_m in curves.items()}, path)
+
+
 def probe_differences(path, reference):
     """Each model's continuation loss minus the reference model's at one seed, from the JSON of `eval.py`
     (its first setting: the trained loop count): the induction-head probe, the mean of the variable-assignment
@@ -1078,6 +1114,8 @@ def main_test_files(argv, opts, paths):
         if "margin" in opts:
             out["matches_trained_at_M"] = _family({M: [s[M]["vs_trained_at_M"] for s in seeds]
                                                    for M in Ms[:-1]}, opts["margin"])
+        if opts.get("out"):  # the curves beside the verdict: OUT_curves.png and .json
+            plot_elastic_curves(elastic_curves(paths), opts["out"].removesuffix(".json") + "_curves")
     elif argv[0] == "representation":
         seeds = [representation_evolution(p, opts.get("model", "loopformer"), opts.get("reference", "ee_loop"))
                  for p in paths]

@@ -761,3 +761,21 @@ def test_the_fits_run_blas_on_one_thread_and_report_progress_with_tqdm(capsys):
     assert blas and all(i["num_threads"] == 1 for i in blas)
     assert list(fits._progress(iter([[1, 2], [3]]), 3, "refits")) == [[1, 2], [3]]
     assert "refits: 100%" in capsys.readouterr().err
+
+
+def test_the_elastic_curves_of_the_jeddi_verdict_are_drawn_from_its_jsons(monkeypatch):
+    """The figure Jeddi et al.'s verdict rests on, perplexity against the budget M, drawn from the committed budget
+    curves: every seed's perplexity of every arm at every M is drawn, with the seed spread, readably; and a known
+    answer: the LoopFormer arm at M=4, seed 7, is that JSON's own number."""
+    paths = [os.path.join(ROOT, "records", "jeddi2026", f"elastic3200_{arm}_s{seed}.json")
+             for seed in (7, 1337, 42) for arm in ("loopformer", "plain")]
+    curves = fits.elastic_curves(paths)
+    with open(paths[0]) as f:
+        assert curves["LoopFormer"][4][0] == next(iter(json.load(f)["results"].values()))["budgets"]["4"]
+    assert all(len(v) == 3 for per_m in curves.values() for v in per_m.values())
+    drawn = capture(monkeypatch, write=False)
+    fits.plot_elastic_curves(curves, "unused")
+    ((fig, _),) = drawn
+    assert figure_problems(fig) == []
+    assert_drawn(fig, [(M, p) for per_m in curves.values() for M, v in per_m.items() for p in v])
+    assert seed_spread_drawn(fig)
