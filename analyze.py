@@ -11,6 +11,7 @@ Every analysis figure of the five papers, from a checkpoint or from initialisati
     python analyze.py residual_ckpt --ckpt=...             # residual norm per loop step, increment cosine, trained
     python analyze.py representation --ckpt=a,b            # anisotropy, curvature, prompt entropy, CKA per loop step
     python analyze.py coordcheck                           # mean |activation| per module vs width and vs loop count
+    python analyze.py redraw records/lee2026/jsd_s7.json   # a committed analysis's figure again, from its JSON alone
 
 Each writes <out_dir>/<NAME>.png and <NAME>.json (the numbers in the figure). `python analyze.py NAME --help` lists
 the keys: this script's own and every GPTConfig field. Without --ckpt, the checkpoint analyses run on a model
@@ -342,11 +343,16 @@ def run_jsd(cfg, model_cfg):
         off = [v for k, v in drops.items() if k not in ends]
         result[name] = dict(layers=rows, mean_drop_at_boundary=float(np.mean(at)) if at else None,
                             mean_drop_elsewhere=float(np.mean(off)) if off else None)
+    return result, draw_jsd(result, cfg)
+
+
+def draw_jsd(result, cfg):
+    """The JSD figure: mean JSD per effective layer with its spread over sequences, and the converged tokens."""
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     for name, r in result.items():
         x = [row["label"]["index"] + 1 for row in r["layers"]]
         m, s = np.array([row["mean"] for row in r["layers"]]), np.array([row["std"] for row in r["layers"]])
-        line, = axes[0].plot(x, m, marker="o", ms=3, label=name)
+        line, = axes[0].plot(x, m, marker="o", ms=3, label=readable(name))
         axes[0].fill_between(x, m - s, m + s, color=line.get_color(), alpha=0.2)
         axes[1].plot(x, [row["frac_converged"] for row in r["layers"]], marker="o", ms=3, color=line.get_color())
         for b in boundaries([row["label"] for row in r["layers"]]):
@@ -359,7 +365,7 @@ def run_jsd(cfg, model_cfg):
                 ylim=(0, 1.02))
     axes[0].legend()
     fig.text(0.5, 0.005, "dotted: loop boundaries", ha="center", fontsize=8)
-    return result, fig
+    return fig
 
 
 def loop_layers(records):
@@ -392,6 +398,11 @@ def run_routing(cfg, model_cfg):
                                                                     recs[(layer, b)]["experts"])
                                      for i, a in enumerate(loops) for b in loops[i + 1:]}
                         for layer, loops in layers.items()}
+    return result, draw_routing(result, cfg)
+
+
+def draw_routing(result, cfg):
+    """Per physical layer, the share of tokens whose experts at pass 1 and 2 are identical, partial, disjoint."""
     fig, axes = plt.subplots(1, len(result), figsize=(6 * len(result), 4), squeeze=False)
     colors = {"identical": "tab:green", "partial": "tab:orange", "disjoint": "tab:red"}
     for ax, (name, per_layer) in zip(axes[0], result.items()):
@@ -407,7 +418,7 @@ def run_routing(cfg, model_cfg):
         ax.set(xlabel="physical layer (index)", ylabel="tokens (%)", title=f"{readable(name)}: experts on pass 1 vs 2",
                ylim=(0, 100), xticks=[int(layer) + 1 for layer in layers])
         ax.legend(fontsize=8)
-    return result, fig
+    return fig
 
 
 # =====================================================================================================================
@@ -431,6 +442,11 @@ def run_routing_dynamics(cfg, model_cfg):
         mean = {m: np.mean([v[m] for v in per_layer.values()], 0).tolist() for m in ("cosine", "jaccard")} \
             if len(sizes) == 1 else None
         result[name] = dict(layers=per_layer, mean=mean)
+    return result, draw_routing_dynamics(result, cfg)
+
+
+def draw_routing_dynamics(result, cfg):
+    """Per model and shared layer (and their mean), the K x K cosine and Jaccard matrices."""
     cols = max(len(r["layers"]) + 1 for r in result.values())
     fig, axes = plt.subplots(2 * len(result), cols, figsize=(3.2 * cols, 6 * len(result)), squeeze=False)
     for m, (name, r) in enumerate(result.items()):
@@ -444,7 +460,7 @@ def run_routing_dynamics(cfg, model_cfg):
                     continue
                 heatmap(ax, np.array(panels[c][1][metric]), f"{readable(name)} {panels[c][0]}: {metric}",
                         "iteration (pass)", first=0)
-    return result, fig
+    return fig
 
 
 def readable(name):
@@ -502,6 +518,11 @@ def run_iteradaln(cfg, model_cfg):
                     row.update(tok_std_alpha=v.std().item(), tok_range_alpha=(v.max() - v.min()).item())
             rows.append(row)
         result[name] = rows
+    return result, draw_iteradaln(result, cfg)
+
+
+def draw_iteradaln(result, cfg):
+    """Each modulation statistic against the iteration, a line per layer and branch."""
     stats = ["mean_abs_gamma", "mean_abs_beta", "mean_alpha", "tok_std_alpha", "tok_range_alpha"]
     fig, axes = plt.subplots(len(result), len(stats), figsize=(3.3 * len(stats), 3 * len(result)), squeeze=False)
     for m, (name, rows) in enumerate(result.items()):
@@ -516,7 +537,7 @@ def run_iteradaln(cfg, model_cfg):
                    xticks=sorted({row["loop"] for row in rows}))
             if series:
                 ax.legend(fontsize=6)
-    return result, fig
+    return fig
 
 
 def run_active_params(cfg, model_cfg):
@@ -537,6 +558,11 @@ def run_active_params(cfg, model_cfg):
                             unique_experts_per_layer=uniq, a_attn=[r["A_attn"] for r in reports],
                             a_ffn=[r["A_ffn"] for r in reports], rho=[r["rho"] for r in reports],
                             rho_star=reports[0]["rho"], top_k=model.config.top_k, n_expert=model.config.n_expert)
+    return result, draw_active_params(result, cfg)
+
+
+def draw_active_params(result, cfg):
+    """A_attn and A_ffn against the iterations K, with rho on a second axis."""
     fig, axes = plt.subplots(1, len(result), figsize=(5.5 * len(result), 4), squeeze=False)
     for ax, (name, r) in zip(axes[0], result.items()):
         k = r["iterations"]
@@ -550,7 +576,7 @@ def run_active_params(cfg, model_cfg):
         ax2.set_ylabel("ρ = A attn / A ffn (ratio)")
         ax.legend(loc="upper left", fontsize=7)
         ax2.legend(loc="upper right", fontsize=7)
-    return result, fig
+    return fig
 
 
 # =====================================================================================================================
@@ -575,6 +601,11 @@ def run_theorem1(cfg, model_cfg):
                 bar.update()
             result[f"{'shared' if shared else 'nonshared'}_alpha{alpha:g}"] = rows
     bar.close()
+    return result, draw_theorem1(result, cfg)
+
+
+def draw_theorem1(result, cfg):
+    """The measured norm against N beside Theorem 1's prediction, shared and independent weights."""
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     for ax, kind in zip(axes, ("nonshared", "shared")):
         for alpha, color in zip(ALPHAS.values(), ("tab:red", "tab:orange", "tab:green")):
@@ -588,7 +619,7 @@ def run_theorem1(cfg, model_cfg):
                title=("shared W (Theorem 1)" if kind == "shared" else "independent Wₙ") + f", d = {cfg['width']}")
         ax.set_xscale("log", base=2)
         ax.legend(fontsize=7)
-    return result, fig
+    return fig
 
 
 def looped_config(model_cfg, n_loop, scaling):
@@ -668,10 +699,12 @@ def run_residual(cfg, model_cfg):
     summary = {kind: {s: result[kind][s][largest]["norms"][-1] for s in cfg["scalings"]} for kind in kinds}
     out = dict(final_norm_at_largest_R=summary, runs=result, increment_cosine=cosines,
                model_config=model_cfg.to_dict())
-    return out, residual_figure(result, cosines, cfg)
+    return out, draw_residual(out, cfg)
 
 
-def residual_figure(result, cosines, cfg):
+def draw_residual(out, cfg):
+    """Norm growth, first-step and per-step output changes, and the increments' cosines, per stack kind."""
+    result, cosines = out["runs"], out["increment_cosine"]
     kinds = list(result)
     fig, axes = plt.subplots(len(kinds), 4, figsize=(19, 4 * len(kinds)), squeeze=False)
     colors = {"none": "tab:red", "sqrt": "tab:orange", "linear": "tab:green", "factorized": "tab:blue"}
@@ -772,6 +805,11 @@ def run_representation(cfg, model_cfg):
         result[name] = dict(depth=[(i + 1) / s for i in range(s)], cka=(cka / n).tolist(),
                             **{k: np.mean(v, 0).tolist() for k, v in values.items()},
                             **{f"{k}_std": np.std(v, 0).tolist() for k, v in values.items()})
+    return result, draw_representation(result, cfg)
+
+
+def draw_representation(result, cfg):
+    """The three metrics against depth, and each model's CKA between loop steps."""
     fig = plt.figure(figsize=(max(15, 4.5 * len(result)), 8))
     grid = fig.add_gridspec(2, max(3, len(result)))
     for i, (key, title, ylabel) in enumerate((("curvature", "curvature", "turning angle (rad)"),
@@ -784,7 +822,7 @@ def run_representation(cfg, model_cfg):
         ax.legend(fontsize=7)
     for i, (name, r) in enumerate(result.items()):
         heatmap(fig.add_subplot(grid[1, i]), np.array(r["cka"]), f"{readable(name)}: CKA", "loop step (index)")
-    return result, fig
+    return fig
 
 
 # =====================================================================================================================
@@ -965,11 +1003,40 @@ def check_settings(name, cfg, model_cfg):
                           "--out_dir") from None
 
 
+DRAWINGS = {"jsd": draw_jsd, "routing": draw_routing, "routing_dynamics": draw_routing_dynamics,
+            "iteradaln": draw_iteradaln, "active_params": draw_active_params, "theorem1": draw_theorem1,
+            "residual": draw_residual, "representation": draw_representation}
+
+
+def redraw(path):
+    """The figure of an analysis JSON written by main(), drawn again from that JSON alone (its result and config),
+    next to it as .png: a record's figure regenerates without its checkpoints."""
+    try:
+        with open(path) as f:
+            saved = json.load(f)
+        draw = DRAWINGS[saved["analysis"]]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ConfigError(f"analyze.py redraw: {path} is not the JSON of an analysis with a figure "
+                          f"({', '.join(DRAWINGS)}): {e}") from None
+    fig = draw(saved["result"], saved["config"])
+    fig.tight_layout()
+    png = os.path.splitext(path)[0] + ".png"
+    fig.savefig(png, dpi=120, bbox_inches="tight")
+    plt.close(fig)
+    print(f"redraw: wrote {png}")
+    return png
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv and argv[0] in ("-h", "--help"):
         print(__doc__)
         raise SystemExit(0)
+    if argv and argv[0] == "redraw":
+        if len(argv) < 2 or any(a.startswith("--") for a in argv[1:]):
+            raise ConfigError("usage: python analyze.py redraw FILE.json [FILE.json ...] (analysis JSONs written by "
+                              "analyze.py; each figure is written beside its JSON)")
+        return [redraw(path) for path in argv[1:]]
     if not argv or argv[0] not in ANALYSES:
         raise ConfigError(f"analyze.py: name an analysis first, one of: {', '.join(ANALYSES)} (python analyze.py "
                           "--help describes them)" + (f"; not {argv[0]!r}" if argv else ""))

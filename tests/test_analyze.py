@@ -1,5 +1,6 @@
 """Tests of analyze.py: every metric on inputs with a known answer, the Theorem-1 model, and each subcommand on a
 tiny random checkpoint."""
+import glob
 import json
 import math
 import os
@@ -10,7 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
 import analyze  # noqa: E402
 from figure_checks import figure_problems  # noqa: E402
 from configurator import ConfigError  # noqa: E402
@@ -365,3 +367,34 @@ def test_bad_input_messages(tmp_path, plain_ckpt):
         analyze.main(["jsd", f"--ckpt={tmp_path}/missing", f"--out_dir={tmp_path}"])
     with pytest.raises(ConfigError, match=r"has no MoE layer that runs on more than one pass"):
         analyze.main(["routing", f"--ckpt={plain_ckpt}", f"--out_dir={tmp_path}"])
+
+
+def committed_analyses():
+    """Every analysis JSON committed in records/ and course/ whose figure analyze.py draws."""
+    found = []
+    for path in sorted(glob.glob(os.path.join(ROOT, "records", "*", "*.json"))
+                       + glob.glob(os.path.join(ROOT, "course", "*", "*.json"))):
+        with open(path) as f:
+            saved = json.load(f)
+        if isinstance(saved, dict) and saved.get("analysis") in analyze.DRAWINGS:
+            found.append(path)
+    return found
+
+
+@pytest.mark.parametrize("path", committed_analyses(), ids=lambda p: os.path.relpath(p, ROOT))
+def test_committed_analysis_figures_redraw_from_their_json_readably(path, tmp_path):
+    """`python analyze.py redraw FILE.json` draws a committed analysis's figure from its JSON alone (no checkpoint),
+    and the figure passes the slide checks."""
+    copy = tmp_path / os.path.basename(path)
+    copy.write_text(open(path).read())
+    drawn = []
+    with mock.patch.object(analyze.plt, "close", drawn.append):
+        (png,) = analyze.main(["redraw", str(copy)])
+    assert os.path.getsize(png) > 1000 and figure_problems(drawn[-1]) == []
+    analyze.plt.close(drawn[-1])
+
+
+def test_redraw_refuses_what_is_not_an_analysis_json(tmp_path):
+    (tmp_path / "x.json").write_text('{"results": {}}')
+    with pytest.raises(ConfigError, match="not the JSON of an analysis"):
+        analyze.main(["redraw", str(tmp_path / "x.json")])
