@@ -756,6 +756,7 @@ prompt_len = 64  # bench: prompt tokens (taken from the validation set)
 new_tokens = 128  # bench: tokens decoded per run
 bench_batch = 1  # bench: sequences decoded together (a batch exits where all its rows may)
 repeats = 3  # bench: timed runs per setting (the median counts)
+redraw = ""  # comma-separated exit or elastic JSONs this script wrote: draw their figures again beside them, and stop
 
 
 def load_runs(cfg):
@@ -919,12 +920,29 @@ def output_prefix(cfg, runs, name):
     return os.path.join(cfg["out_dir"] or first, name)
 
 
+def redraw_study(path):
+    """The figure of an exit or elastic study JSON (this script's output), drawn again beside it as .png."""
+    try:
+        with open(path) as f:
+            results = json.load(f)["results"]
+        draw = draw_exits if all("criteria" in r for r in results.values()) else draw_elastic
+        fig = draw(results)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        raise ConfigError(f"early_exit.py --redraw: {path} is not an exit or elastic study's JSON ({e})") from None
+    png = os.path.splitext(path)[0] + ".png"
+    save_figure(fig, png)
+    print(f"redraw: wrote {png}")
+    return png
+
+
 def main(argv=None):
     from configurator import configure
     # the command-line keys are the lower-case simple globals above (constants are upper case)
     defaults = {k: v for k, v in globals().items() if k.islower() and not k.startswith("_")}
     cfg, _ = configure(defaults, None, argv, doc_source=__file__,
                        choices=dict(mode=("exit", "elastic", "bench"), fill=FILLS, dtype=("float32", "bfloat16")))
+    if cfg["redraw"]:  # a committed study's figure, from its JSON alone
+        return [redraw_study(path) for path in cfg["redraw"].split(",")]
     crits = check_settings(cfg)
     cfg["device"] = use_device(cfg)
     torch.manual_seed(1337)

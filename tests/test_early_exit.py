@@ -631,3 +631,14 @@ def test_committed_exit_and_elastic_figures_show_their_numbers_readably(kind, pa
                    for k, row in enumerate(sorted(r["all_schedules"], key=lambda row: row["ppl"]), 1)]
     assert_drawn(fig, points)
     plt.close(fig)
+
+
+def test_redraw_writes_a_studys_figure_from_its_json_and_refuses_other_json(tmp_path):
+    """`python early_exit.py --redraw=FILE.json` draws a committed study's figure again without its checkpoints."""
+    study = tmp_path / "early_exit_exit.json"
+    study.write_text(open(os.path.join(ROOT, "course", "l07", "early_exit_exit.json")).read())
+    (png,) = ee.main([f"--redraw={study}"])
+    assert png == str(tmp_path / "early_exit_exit.png") and os.path.getsize(png) > 1000
+    (tmp_path / "other.json").write_text('{"analysis": "jsd"}')
+    with pytest.raises(ConfigError, match="not an exit or elastic study"):
+        ee.main([f"--redraw={tmp_path / 'other.json'}"])
