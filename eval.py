@@ -1118,12 +1118,21 @@ def print_table(results, plan):
                       + (f" {mean:8.4f}" if mean is not None else ""))
 
 
-def plot(results, plan, path):
+METRIC_NAMES = {"acc": "accuracy (fraction)", "acc_norm": "accuracy, length-normalised (fraction)",
+                "acc_bytes": "accuracy per byte (fraction)", "acc_pmi": "accuracy, PMI (fraction)",
+                "cont_loss": "continuation loss (nats)", "perplexity": "perplexity (e^nats per token)",
+                "bits_per_byte": "bits per byte (bits)", "word_perplexity": "word perplexity (per word)"}
+
+
+def draw(results, plan):
+    """One panel per task (its primary metric) and per suite (its mean): each model's depth settings against the
+    forward FLOPs per token they executed."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     panels = list(dict.fromkeys((n, m) for n, _, m, _, _ in plan))
     suites = sorted({s for _, _, _, _, s in plan if s and s not in {n for n, _ in panels}})
+    suite_metric = {s: m for _, _, m, _, s in plan if s}
     n = len(panels) + len(suites)
     cols = min(4, n)
     rows = math.ceil(n / cols)
@@ -1132,7 +1141,7 @@ def plot(results, plan, path):
         ax.axis("off")
     for i, (title, metric, get) in enumerate(
             [(name, m, lambda r, name=name, m=m: r["tasks"].get(name, {}).get(m)) for name, m in panels]
-            + [(s + " (mean)", "", lambda r, s=s: r["suites"].get(s, {}).get("mean")) for s in suites]):
+            + [(s + ", mean", suite_metric[s], lambda r, s=s: r["suites"].get(s, {}).get("mean")) for s in suites]):
         ax = axes.flat[i]
         for j, (model, per) in enumerate(results.items()):
             pts = []
@@ -1141,17 +1150,25 @@ def plot(results, plan, path):
                 if v is not None and r["tasks"]:
                     pts.append((np.mean([t["flops_per_token"] for t in r["tasks"].values()]), v, setting))
             pts.sort()
-            ax.plot([p[0] / 1e6 for p in pts], [p[1] for p in pts], "o-", color=f"C{j}", ms=3, label=model)
+            ax.plot([p[0] / 1e6 for p in pts], [p[1] for p in pts], "o-", color=f"C{j}", ms=3,
+                    label=model.replace("_", " "))
             for x, y, setting in pts:
                 ax.annotate(setting.replace(" (trained)", "*").replace("loops=", "L").replace("exit ", ""),
                             (x / 1e6, y), fontsize=6, textcoords="offset points", xytext=(2, 2))
-        ax.set_title(f"{title} {metric}".strip(), fontsize=9)
-        ax.set_xlabel("forward MFLOPs per token", fontsize=8)
+        ax.set_title(title.replace("_", " "), fontsize=9)
+        ax.set_xlabel("forward FLOPs per token (millions)", fontsize=8)
+        ax.set_ylabel(METRIC_NAMES.get(metric, metric.replace("_", " ")), fontsize=8)
         ax.grid(alpha=0.3)
         ax.tick_params(labelsize=7)
     axes.flat[0].legend(fontsize=7)
     fig.tight_layout()
+    return fig
+
+
+def plot(results, plan, path):
+    fig = draw(results, plan)
     fig.savefig(path, dpi=120)
+    import matplotlib.pyplot as plt
     plt.close(fig)
 
 
@@ -1187,6 +1204,7 @@ include_path = ""  # --harness: a folder of local task YAMLs
 harness_defaults = True  # --harness: also index the harness's own tasks (False: only include_path, much faster)
 bench = False  # benchmark items/s on 4-choice items, shared-context cache vs each choice separately, then stop
 bench_items = 256  # bench: items per shape
+redraw = ""  # comma-separated eval JSONs this script wrote: draw their figures again beside them, and stop
 
 
 def run_tokenizer(model, state):
@@ -1240,12 +1258,30 @@ def check_settings(cfg):
             raise ConfigError(f"config error: --include_path={cfg['include_path']} is not a folder (of task YAMLs)")
 
 
+def redraw_eval(path):
+    """The figure of an eval.json (this script's output), drawn again beside it as .png."""
+    try:
+        with open(path) as f:
+            saved = json.load(f)
+        fig = draw(saved["results"], saved["plan"])
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        raise ConfigError(f"eval.py --redraw: {path} is not an eval.py JSON ({e})") from None
+    png = os.path.splitext(path)[0] + ".png"
+    fig.savefig(png, dpi=120)
+    import matplotlib.pyplot as plt
+    plt.close(fig)
+    print(f"redraw: wrote {png}")
+    return png
+
+
 def main(argv=None):
     from configurator import configure
     defaults = {k: v for k, v in globals().items() if k.islower() and not k.startswith("_")}
     cfg, _ = configure(defaults, None, argv, doc_source=__file__,
                        choices=dict(criterion=early_exit.decode_criteria(), exit_fill=early_exit.FILLS,
                                     dtype=("float32", "bfloat16")))
+    if cfg["redraw"]:  # a committed evaluation's figure, from its JSON alone
+        return [redraw_eval(path) for path in cfg["redraw"].split(",")]
     check_settings(cfg)
     cfg["device"] = use_device(cfg)
     torch.manual_seed(cfg["seed"])

@@ -18,8 +18,8 @@ def figure_problems(fig):
     canvas.draw()
     renderer, problems = canvas.get_renderer(), []
     for ax in fig.axes:
-        if ax.get_label() == "<colorbar>":  # a heatmap's scale: its title says what it measures
-            continue
+        if ax.get_label() == "<colorbar>" or not ax.axison:  # a heatmap's scale (its title says what it
+            continue                                            # measures), or an empty grid cell turned off
         legend = [t.get_text() for t in ax.get_legend().get_texts()] if ax.get_legend() else []
         for axis, label in ((ax.xaxis, ax.get_xlabel()), (ax.yaxis, ax.get_ylabel())):
             if not axis.get_visible():  # a twin axes' shared x axis: drawn by its partner

@@ -3,6 +3,7 @@ count is the plain model, FLOPs against torch's FlopCounterMode, teacher-forced 
 generated probes, the prompts against lm-evaluation-harness's own task definitions, the harness adapter through
 lm_eval.simple_evaluate, and the command line. Fixtures: tests/fixtures/eval/<task>/<split>.jsonl, rows written
 for these tests in each dataset's schema (not copied from the datasets)."""
+import glob
 import io
 import json
 import math
@@ -11,6 +12,7 @@ import random
 import re
 from contextlib import redirect_stdout
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -521,3 +523,28 @@ def test_damaged_task_rows_are_one_line_naming_the_row(tmp_path, damage, says):
     path.write_text("".join(damage(open(path).readlines())))
     with pytest.raises(ConfigError, match=re.escape(says)):
         ev.build_items(ev.TASKS["arc_easy"], str(tmp_path), 0, 0, None)
+
+
+def committed_evaluations():
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return sorted(glob.glob(os.path.join(root, "records", "*", "eval*.json"))
+                  + glob.glob(os.path.join(root, "course", "*", "eval.json")))
+
+
+@pytest.mark.parametrize("path", committed_evaluations(), ids=os.path.basename)
+def test_committed_evaluation_figures_redraw_from_their_json_readably(path, tmp_path):
+    """`python eval.py --redraw=FILE.json` draws a committed evaluation's figure from its JSON alone; the figure
+    passes the slide checks and draws every setting's score of every model."""
+    from figure_checks import assert_drawn, figure_problems
+    copy = tmp_path / os.path.basename(path)
+    copy.write_text(open(path).read())
+    (png,) = ev.main([f"--redraw={copy}"])
+    assert os.path.getsize(png) > 1000
+    saved = json.load(open(path))
+    fig = ev.draw(saved["results"], saved["plan"])
+    assert figure_problems(fig) == []
+    name, _, metric, _, _ = saved["plan"][0]
+    assert_drawn(fig, [(np.mean([t["flops_per_token"] for t in r["tasks"].values()]) / 1e6, r["tasks"][name][metric])
+                       for per in saved["results"].values() for r in per.values() if name in r["tasks"]])
+    import matplotlib.pyplot as plt
+    plt.close(fig)
