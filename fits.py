@@ -1295,6 +1295,8 @@ def plot_delta_phi(result, path):
         ax.errorbar(e["delta_phi"], i, xerr=[[e["delta_phi"] - lo], [hi - e["delta_phi"]]], fmt="o", color="k",
                     capsize=3)
     ax.axvline(0.0, ls=":", color="k")
+    from matplotlib.ticker import MaxNLocator
+    ax.xaxis.set_major_locator(MaxNLocator(5))  # a narrow panel: few enough ticks that their labels do not touch
     ax.set(yticks=range(len(result)), xlabel="Δφ against the reference (dimensionless; 95% paired bootstrap)",
            yticklabels=[f"{readable(n)} (φ {e['phi']:.2f} vs {e['phi_reference']:.2f})" for n, e in result.items()])
     return _save(fig, result, path)

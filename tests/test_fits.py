@@ -537,6 +537,16 @@ def record_figures():
             if os.path.exists(path[:-len(".jsonl")] + f"_{figure}.json"):  # a figure whose arms have not run yet
                 figures.append((next(a[len("--law="):] for a in args if a.startswith("--law=")),
                                 path[:-len(".jsonl")] + f"_{figure}.json"))
+    for png in sorted(glob.glob(os.path.join(ROOT, "records", "*", "*.png"))):  # figures of a record's own fit command
+        path = png[:-len(".png")] + ".json"
+        if path in {p for _, p in figures} or not os.path.exists(path):
+            continue
+        with open(path) as f:
+            numbers = json.load(f)
+        if {"reference", "metric", "arms"} <= set(numbers):
+            figures.append(("compare", path))
+        elif numbers and all(isinstance(v, dict) and "delta_phi" in v for v in numbers.values()):
+            figures.append(("delta_phi", path))
     return figures
 
 
