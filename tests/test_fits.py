@@ -789,3 +789,20 @@ def test_the_elastic_curves_of_the_jeddi_verdict_are_drawn_from_its_jsons(monkey
     assert figure_problems(fig) == []
     assert_drawn(fig, [(M, p) for per_m in curves.values() for M, v in per_m.items() for p in v])
     assert seed_spread_drawn(fig)
+
+
+def test_every_record_figure_has_a_content_test():
+    """Each PNG in records/ sits beside the JSON it was drawn from, and that JSON is of a kind whose figure a test
+    redraws and checks: a sweep or fit figure (here), an analysis (test_analyze), an exit or elastic study
+    (test_early_exit), an evaluation (test_eval), or the elastic verdict's curves (here)."""
+    checked = {p for _, p in record_figures()}
+    for png in sorted(glob.glob(os.path.join(ROOT, "records", "*", "*.png"))):
+        path = png[:-len(".png")] + ".json"
+        assert os.path.exists(path), f"{png} has no JSON beside it"
+        with open(path) as f:
+            saved = json.load(f)
+        results = saved.get("results") if isinstance(saved, dict) else None
+        kinds = [path in checked, "analysis" in saved, path.endswith("_verdict_curves.json"),
+                 isinstance(results, dict) and "plan" in saved,
+                 isinstance(results, dict) and all("criteria" in r or "budgets" in r for r in results.values())]
+        assert any(kinds), f"{png}: no test redraws and checks this figure"
