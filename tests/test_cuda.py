@@ -3,19 +3,16 @@ is). Every model family computes on CUDA in fp32 what it computes on the CPU; ca
 forward; a compiled block is the eager one; the attention call takes the flash kernel in bf16; and train.py runs
 compiled in bf16, learns, and a run stopped by a signal resumes to the uninterrupted run's losses."""
 import copy
-import os
-import signal
 
 import pytest
 import torch
 
-import checkpoint
 import early_exit as ee
 import reference
 import train
 from loop import is_looped, trajectory_rng
 from model import GPT, GPTConfig
-from test_train import TINY, losses, read_log
+from test_train import TINY, losses, read_log, stop_with_signal
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 COMPILED = ["moe_grouped", "mla_looped_moe", "loopformer_shortcut", "hyper_connections"]
@@ -133,19 +130,7 @@ def test_train_py_on_cuda_compiled_bf16_learns_and_resumes_after_a_signal(data_d
     ref = losses(whole)
     assert ref[11] < ref[0] - 0.5
     assert all(r["peak_mem_gib"] > 0 for r in read_log(whole) if "loss" in r)
-    real_step, calls = train.train_step, []
-
-    def step_then_term(*args, **kwargs):
-        out = real_step(*args, **kwargs)
-        calls.append(1)
-        if len(calls) == 6:
-            os.kill(os.getpid(), signal.SIGTERM)
-        return out
-    monkeypatch.setattr(train, "train_step", step_then_term)
-    with pytest.raises(SystemExit) as e:
-        train.main(CUDA_RUN + data_dir + [f"--out_dir={cut}"])
-    assert e.value.code == checkpoint.EXIT_RESUMABLE
-    monkeypatch.setattr(train, "train_step", real_step)
+    stop_with_signal(monkeypatch, CUDA_RUN + data_dir + [f"--out_dir={cut}"])
     train.main(CUDA_RUN + data_dir + [f"--out_dir={cut}", "--resume"])
     resumed, noise = losses(cut), losses(again)
     assert resumed.keys() == ref.keys() == noise.keys()

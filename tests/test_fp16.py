@@ -6,19 +6,17 @@ in fp16 keeps the scaler in its checkpoint and resumes bit for bit. And the devi
 Apple's MPS, then the CPU; fp16 on GPUs without native bf16; FSDP with fp16 refused."""
 import copy
 import os
-import signal
 
 import pytest
 import torch
 
-import checkpoint
 import distributed
 import kernels
 import optim
 import train
 from configurator import ConfigError
 from model import GPT, GPTConfig
-from test_train import TINY as TRAIN_TINY, losses
+from test_train import TINY as TRAIN_TINY, losses, stop_with_signal
 
 TINY = dict(block_size=16, vocab_size=61, n_layer=2, n_embd=32, head_dim=16, n_loop=2, n_expert=4, top_k=2,
             moe_bias_rate=0.01)
@@ -141,19 +139,9 @@ def test_train_py_in_fp16_learns_saves_its_scaler_and_resumes_bit_for_bit(data_d
     assert ref[11] < ref[0]
     scaler = torch.load(os.path.join(whole, "ckpt.pt"), weights_only=True)["scaler"]
     assert scaler["scale"] > 0 and "_growth_tracker" in scaler
-    real_step, calls = train.train_step, []
 
-    def step_then_term(*args, **kwargs):
-        assert isinstance(args[-1], torch.amp.GradScaler)  # train.py hands the scaler to the step
-        out = real_step(*args, **kwargs)
-        calls.append(1)
-        if len(calls) == 6:
-            os.kill(os.getpid(), signal.SIGTERM)
-        return out
-    monkeypatch.setattr(train, "train_step", step_then_term)
-    with pytest.raises(SystemExit) as e:
-        train.main(run + [f"--out_dir={cut}"])
-    assert e.value.code == checkpoint.EXIT_RESUMABLE
-    monkeypatch.setattr(train, "train_step", real_step)
+    def hands_the_scaler(args):  # train.py hands the scaler to the step
+        assert isinstance(args[-1], torch.amp.GradScaler)
+    stop_with_signal(monkeypatch, run + [f"--out_dir={cut}"], check=hands_the_scaler)
     train.main(run + [f"--out_dir={cut}", "--resume"])
     assert losses(cut) == ref

@@ -531,29 +531,37 @@ def uninterrupted(data_dir, tmp_path_factory):
     return losses(out)
 
 
-@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM", "SIGUSR1", "SIGUSR2"])
-def test_a_stop_signal_finishes_the_step_saves_and_the_resumed_run_is_the_uninterrupted_one(data_dir, tmp_path,
-                                                                                         monkeypatch, sig,
-                                                                                         uninterrupted):
-    common = TINY + data_dir + SIGNAL_RUN
-    cut = str(tmp_path / "cut")
+def stop_with_signal(monkeypatch, args, sig="SIGTERM", check=None):
+    """train.main(args) with `sig` sent to this process while step 5 trains (from inside the step: an exact moment);
+    the run must finish the step, save and exit with EXIT_RESUMABLE. check, if given, sees each step's arguments."""
     real_step, calls = train.train_step, []
 
-    def step_then_signal(*args, **kwargs):  # the signal arrives while step 5 trains
+    def step_then_signal(*args, **kwargs):
+        if check is not None:
+            check(args)
         out = real_step(*args, **kwargs)
         calls.append(1)
         if len(calls) == 6:
             os.kill(os.getpid(), getattr(signal, sig))
         return out
     monkeypatch.setattr(train, "train_step", step_then_signal)
-    before = signal.getsignal(getattr(signal, sig))
     with pytest.raises(SystemExit) as e:
-        train.main(common + [f"--out_dir={cut}"])
+        train.main(args)
+    monkeypatch.setattr(train, "train_step", real_step)
     assert e.value.code == checkpoint.EXIT_RESUMABLE
+
+
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM", "SIGUSR1", "SIGUSR2"])
+def test_a_stop_signal_finishes_the_step_saves_and_the_resumed_run_is_the_uninterrupted_one(data_dir, tmp_path,
+                                                                                         monkeypatch, sig,
+                                                                                         uninterrupted):
+    common = TINY + data_dir + SIGNAL_RUN
+    cut = str(tmp_path / "cut")
+    before = signal.getsignal(getattr(signal, sig))
+    stop_with_signal(monkeypatch, common + [f"--out_dir={cut}"], sig)
     saved = torch.load(os.path.join(cut, "ckpt.pt"), weights_only=True)
     assert saved["step"] == 6 and saved["wall_s"] > 0  # step 5 finished, then saved
     assert signal.getsignal(getattr(signal, sig)) is before  # the handlers are put back
-    monkeypatch.setattr(train, "train_step", real_step)
     train.main(common + [f"--out_dir={cut}", "--resume"])
     assert losses(cut) == uninterrupted  # bit for bit
     assert json.load(open(os.path.join(cut, "result.json")))["wall_s"] > saved["wall_s"]  # both segments
