@@ -1,6 +1,6 @@
 """
 The statistics of scaling sweeps: scaling-law fits and their bootstrap intervals, delta phi between designs, the
-power of a planned grid, learning-rate transfer, comparisons of arms at matched compute, and the records' figures.
+power of a planned grid, learning-rate transfer, comparisons of arms at matched compute (their figures: figures.py).
 scaling.py counts parameters and FLOPs and sweep.py runs the sweeps; this file reads the rows they write (a sweep's
 results.jsonl, a record's records/<paper>/<sweep>.jsonl) and fits them. Its commands run through scaling.py:
 
@@ -907,22 +907,6 @@ def elastic_curves(paths):
     return curves
 
 
-def plot_elastic_curves(curves, path):
-    """Perplexity against the budget M: each arm's mean over seeds, a band from its lowest to its highest seed, and
-    every seed as a dot."""
-    fig, (ax,) = _figure(1, width=6.0, height=4.5)
-    for i, (arm, per_m) in enumerate(curves.items()):
-        Ms = sorted(per_m)
-        ax.plot(Ms, [np.mean(per_m[M]) for M in Ms], "o-", color=f"C{i}", label=arm)
-        ax.fill_between(Ms, [min(per_m[M]) for M in Ms], [max(per_m[M]) for M in Ms], color=f"C{i}", alpha=0.2)
-        ax.scatter([M for M in Ms for _ in per_m[M]], [p for M in Ms for p in per_m[M]], color=f"C{i}", s=10)
-    ax.set(xlabel="budget M (loop steps, uniform schedule)", ylabel="validation perplexity (e^nats per token)",
-           xticks=sorted({M for per_m in curves.values() for M in per_m}),
-           title=f"mean over {len(next(iter(next(iter(curves.values())).values())))} seeds, band: lowest to highest")
-    ax.legend(fontsize=8)
-    return _save(fig, {arm: {str(M): v for M, v in per_m.items()} for arm, per_m in curves.items()}, path)
-
-
 def probe_differences(path, reference):
     """Each model's continuation loss minus the reference model's at one seed, from the JSON of `eval.py`
     (its first setting: the trained loop count): the induction-head probe, the mean of the variable-assignment
@@ -1115,7 +1099,8 @@ def main_test_files(argv, opts, paths):
             out["matches_trained_at_M"] = _family({M: [s[M]["vs_trained_at_M"] for s in seeds]
                                                    for M in Ms[:-1]}, opts["margin"])
         if opts.get("out"):  # the curves beside the verdict: OUT_curves.png and .json
-            plot_elastic_curves(elastic_curves(paths), opts["out"].removesuffix(".json") + "_curves")
+            import figures
+            figures.plot_elastic_curves(elastic_curves(paths), opts["out"].removesuffix(".json") + "_curves")
     elif argv[0] == "representation":
         seeds = [representation_evolution(p, opts.get("model", "loopformer"), opts.get("reference", "ee_loop"))
                  for p in paths]
@@ -1129,217 +1114,6 @@ def main_test_files(argv, opts, paths):
                       default=float)
     print(json.dumps(out, indent=1, default=float))
     return out
-
-
-# ---- figures: PNG next to a JSON of the numbers they show ----
-# What a slide says for a field, an arch or a group key: ONE map (issue 30), axis names with their unit in brackets,
-# group keys as a format. A name not in it (an arm of a sweep) is shown with spaces for its underscores.
-NAMES = {"params_active": "active parameters N (count)", "params_unique_nonembed": "unique parameters N (count)",
-         "val_loss": "validation loss (nats)", "lr": "peak learning rate (dimensionless)",
-         "flops_budget": "training compute C (FLOPs)", "n_embd": "width {}", "n_layer": "{} layers",
-         "n_loop": "loop count {}"}
-SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
-
-
-def readable(name):
-    return NAMES.get(str(name), str(name).replace("_", " "))
-
-
-def group_name(keys, values):
-    """('n_layer', 'n_loop'), (4, 2) -> '4 layers, loop count 2'."""
-    values = values if isinstance(values, (list, tuple)) else [values]
-    return ", ".join(NAMES.get(k, k.replace("_", " ") + " {}").format(v) for k, v in zip(keys, values))
-
-
-def flops_name(C):
-    """3e11 -> '3×10¹¹ FLOPs', as a slide writes a budget."""
-    exponent = math.floor(math.log10(C) + 1e-9)
-    mantissa = f"{C / 10 ** exponent:.3g}"
-    return ("" if mantissa == "1" else mantissa + "×") + "10" + str(exponent).translate(SUPERSCRIPT) + " FLOPs"
-
-
-def _figure(panels, width=5.0, height=4.0):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    fig, axes = plt.subplots(1, panels, figsize=(width * panels, height), squeeze=False)
-    return fig, axes[0]
-
-
-def _save(fig, numbers, path):
-    fig.tight_layout()
-    fig.savefig(path + ".png", dpi=120)
-    with open(path + ".json", "w") as f:
-        json.dump(numbers, f, indent=1, default=float)
-    import matplotlib.pyplot as plt
-    plt.close(fig)
-    return [path + ".png", path + ".json"]
-
-
-def plot_isoflop(result, path):
-    """Lee et al. Fig. 3/4 style: isoFLOP parabolas with stars at the optima and the power law through them, one
-    panel per architecture, then all power laws together. Each run is a dot (several seeds: several dots)."""
-    archs = [a for a in result if "alpha" in result[a]] or list(result)
-    fig, axes = _figure(len(archs) + 1)
-    colors = _colors(max(len(v["budgets"]) for v in result.values()))
-    n_label = readable(next((result[a]["n_key"] for a in archs if "n_key" in result[a]), "params_active"))
-    for ax, arch in zip(axes, archs):
-        for color, b in zip(colors, result[arch]["budgets"]):
-            N, loss = np.array(b["N"]), np.array(b["loss"])
-            ax.scatter(N, loss, color=color, s=14, label=flops_name(b["flops_budget"]))
-            if "coef" in b:
-                lo, hi = np.log([min(N.min(), b.get("N_opt", np.inf)), max(N.max(), b.get("N_opt", 0))])
-                x = np.linspace(lo - 0.2, hi + 0.2, 100)
-                ax.plot(np.exp(x), np.polyval(b["coef"], x), color=color, lw=1)
-            if "N_opt" in b:  # a hollow star: the minimum lies outside the sampled widths (extrapolated)
-                ax.scatter([b["N_opt"]], [b["loss_opt"]], marker="*", s=140, color=color if b["inside"] else "none",
-                           edgecolor=color if not b["inside"] else "k", zorder=3)
-        _power_line(ax, result[arch], "k", f"$L \\propto N^{{-{result[arch].get('alpha', float('nan')):.3f}}}$")
-        ax.set(xscale="log", title=readable(arch), xlabel=n_label, ylabel=readable("val_loss"))
-        _legend(ax)
-    for color, arch in zip(_colors(len(archs)), archs):
-        opt = [b for b in result[arch]["budgets"] if "N_opt" in b]
-        axes[-1].scatter([b["N_opt"] for b in opt], [b["loss_opt"] for b in opt], marker="*", s=100, color=color)
-        _power_line(axes[-1], result[arch], color, f"{readable(arch)}: α = {result[arch].get('alpha', math.nan):.3f}")
-    axes[-1].set(xscale="log", title="compute-optimal points", xlabel=n_label, ylabel=readable("val_loss"))
-    _legend(axes[-1])
-    return _save(fig, result, path)
-
-
-def _power_line(ax, res, color, label):
-    if "alpha" not in res:
-        return
-    N = np.array([b["N_opt"] for b in res["budgets"] if "N_opt" in b])
-    x = np.geomspace(N.min() / 1.5, N.max() * 1.5, 50)
-    ax.plot(x, res["k"] * x ** -res["alpha"], "--", color=color, lw=1, label=label)
-
-
-def _legend(ax):
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=7)
-
-
-def _colors(n):
-    import matplotlib
-    return [matplotlib.colormaps["viridis"](i / max(1, n - 1)) for i in range(n)]
-
-
-def plot_chinchilla(result, rows, path):
-    """Per architecture the runs with the law's isoFLOP curves L(N, C/F(N)); then the compute-optimal N*(C) and
-    D*(C) of every architecture (Schwethelm et al. Fig. 2 and 3)."""
-    archs = list(result)
-    fig, axes = _figure(len(archs) + 2)
-    by_arch = group_by(rows, "arch")
-    for ax, arch in zip(axes, archs):
-        fit, arch_rows = result[arch], by_arch[arch]
-        theta = np.array(fit["theta"])
-        N = column(arch_rows, fit["n_key"])
-        F_of = flops_curve(N, run_flops(arch_rows))
-        for color, (C, cell) in zip(_colors(len(fit["budgets"])), group_by(arch_rows, "flops_budget").items()):
-            ax.scatter(column(cell, fit["n_key"]), column(cell, "val_loss"), color=color, s=14, label=flops_name(C))
-            n = np.geomspace(N.min() / 1.5, N.max() * 1.5, 100)
-            ax.plot(n, law_predict(theta, law_data(n, 0 * n, 1 + 0 * n, C / F_of(n), 1 + 0 * n)), color=color, lw=1)
-        ax.set(xscale="log", title=f"{readable(arch)}: α = {fit['alpha']:.3f}, β = {fit['beta']:.3f}, "
-                                   f"R² = {fit['r2']:.4f}", xlabel=readable(fit["n_key"]), ylabel=readable("val_loss"))
-        _legend(ax)
-    for color, arch in zip(_colors(len(archs)), archs):
-        co, fit = result[arch]["compute_optimal"], result[arch]
-        axes[-2].plot(co["flops"], co["N"], color=color,
-                      label=f"{readable(arch)}: $\\propto C^{{{fit.get('N_opt_exponent', 0):.2f}}}$")
-        axes[-1].plot(co["flops"], co["D"], color=color,
-                      label=f"{readable(arch)}: $\\propto C^{{{fit.get('D_opt_exponent', 0):.2f}}}$")
-    axes[-2].set(xscale="log", yscale="log", title="compute-optimal N*", xlabel=readable("flops_budget"),
-                 ylabel="compute-optimal N* (count)")
-    axes[-1].set(xscale="log", yscale="log", title="compute-optimal D*", xlabel=readable("flops_budget"),
-                 ylabel="compute-optimal D* (tokens)")
-    _legend(axes[-2])
-    _legend(axes[-1])
-    return _save(fig, result, path)
-
-
-def plot_joint(result, path):
-    """Schwethelm et al. Fig. 1: N(r), F(r) and N_eff(r) relative to r=1 at matched width; compute-optimal loss
-    per r against C with the free-phi fit (solid) and the phi=1 fit (dashed); the bootstrap distribution of phi."""
-    fig, axes = _figure(3)
-    eq, phi = result["equivalent_size"], result["free"]["phi"]
-    r = [1] + [int(k) for k in eq]
-    axes[0].plot(r, [1] + [eq[k]["N_ratio"] for k in eq], "o-", label="unique parameters N(r)")
-    axes[0].plot(r, [1] + [eq[k]["train_flops_ratio"] for k in eq], "s-", label="training compute F(r)")
-    axes[0].plot(r, [1] + [eq[k]["N_eff_ratio"] for k in eq], "^-", label=f"effective parameters, φ = {phi:.2f}")
-    axes[0].set(xscale="log", xticks=r, xticklabels=[str(v) for v in r], xlabel="recurrences r (count)",
-                ylabel="relative to r = 1 (ratio)", title="iso-depth accounting")
-    axes[0].minorticks_off()
-    _legend(axes[0])
-    for color, (r_loop, fr) in zip(_colors(len(result["frontier"])), result["frontier"].items()):
-        axes[1].plot(fr["flops"], fr["free"], "-", color=color, label=f"r = {r_loop}")
-        axes[1].plot(fr["flops"], fr["phi=1"], "--", color=color, lw=0.8)
-        axes[1].scatter([b["flops_budget"] for b in fr["best_runs"]], [b["loss"] for b in fr["best_runs"]],
-                        marker="x", color=color)
-    axes[1].set(xscale="log", xlabel=readable("flops_budget"), ylabel="compute-optimal loss (nats)",
-                title=f"φ = {phi:.2f} (solid), φ = 1 (dashed)")
-    _legend(axes[1])
-    if "bootstrap" in result:
-        axes[2].hist(result["bootstrap"]["phi_values"], bins=30, color="0.6")
-        for v in result["bootstrap"]["phi_ci"]:
-            axes[2].axvline(v, ls=":", color="k")
-    axes[2].axvline(phi, color="r")
-    axes[2].set(xlabel="φ (dimensionless)", ylabel="bootstrap resamples (count)", title="block bootstrap of φ")
-    return _save(fig, result, path)
-
-
-def plot_delta_phi(result, path):
-    """Each design's delta phi against the reference with its paired 95% interval; 0 dotted."""
-    fig, (ax,) = _figure(1, width=6.0, height=1.2 + 0.5 * len(result))
-    for i, (name, e) in enumerate(result.items()):
-        lo, hi = e.get("delta_phi_ci", (e["delta_phi"], e["delta_phi"]))
-        ax.errorbar(e["delta_phi"], i, xerr=[[e["delta_phi"] - lo], [hi - e["delta_phi"]]], fmt="o", color="k",
-                    capsize=3)
-    ax.axvline(0.0, ls=":", color="k")
-    from matplotlib.ticker import MaxNLocator
-    ax.xaxis.set_major_locator(MaxNLocator(5))  # a narrow panel: few enough ticks that their labels do not touch
-    ax.set(yticks=range(len(result)), xlabel="Δφ against the reference (dimensionless; 95% paired bootstrap)",
-           yticklabels=[f"{readable(n)} (φ {e['phi']:.2f} vs {e['phi_reference']:.2f})" for n, e in result.items()])
-    return _save(fig, result, path)
-
-
-def plot_compare(result, path):
-    """Left: each arm's metric, one dot per training seed, a bar at the mean from zero, mean ± sd over seeds.
-    Right: the comparison a verdict tests, each seed's difference from the reference arm at that seed."""
-    arms, ref = result["arms"], result["reference"]
-    fig, axes = _figure(2, width=1.6 + 0.6 * len(arms), height=4.5)
-    names = [readable(a) for a in arms]
-    for i, a in enumerate(arms.values()):
-        axes[0].bar(i, a["mean"], color="0.85", width=0.6, yerr=a["sd"] or 0, capsize=3)
-        axes[0].scatter([i] * len(a["values"]), list(a["values"].values()), color="k", s=14, zorder=3)
-        d = list(a["diff_per_seed"].values())
-        axes[1].errorbar(i, np.mean(d), yerr=np.std(d, ddof=1) if len(d) > 1 else 0, fmt="_", color="k", capsize=3)
-        axes[1].scatter([i] * len(d), d, color="k", s=14, zorder=3)
-    axes[1].axhline(0.0, ls=":", color="k")
-    unit = readable(result["metric"]).rpartition(" (")[2].rstrip(")")
-    axes[0].set(ylabel=readable(result["metric"]), ylim=(0, None), title="mean ± sd over seeds")
-    axes[1].set(ylabel=f"difference ({unit})", title=f"each seed minus {readable(ref)} at that seed")
-    for ax in axes:
-        ax.set_xticks(range(len(arms)), names, rotation=0 if max(map(len, names)) <= 8 else 90)
-    return _save(fig, result, path)
-
-
-def plot_lr(result, path):
-    """Loss against learning rate per group, one panel per panel value: the mean over training seeds with a band of
-    ± one sd over seeds, stars at the optima, the transferred LR dotted (Lee et al. Fig. 2; Wang et al. Fig. 5)."""
-    fig, axes = _figure(len(result))
-    for ax, (p, res) in zip(axes, result.items()):
-        for color, g in zip(_colors(len(res["groups"])), res["groups"].values()):
-            order = np.argsort(g["lr"])
-            lr, loss, sd = (np.array(g[k], dtype=float)[order] for k in ("lr", "loss", "seed_sd"))
-            ax.plot(lr, loss, "o-", color=color, ms=3, label=f"{group_name(res['group_keys'], g['group'])}: "
-                                                               f"regret {g['regret']:.3f} nats")
-            ax.fill_between(lr, loss - sd, loss + sd, where=np.isfinite(sd), color=color, alpha=0.2, lw=0)
-            ax.scatter([g["lr_opt"]], [g["loss_opt"]], marker="*", s=120, color=color, edgecolor="k", zorder=3)
-        ax.axvline(res["transferred_lr"], ls=":", color="k")
-        ax.set(xscale="log", xlabel=readable("lr"), ylabel=readable("val_loss"),
-               title=f"{readable(p)}: largest regret {res['max_regret']:.3f} nats")
-        _legend(ax)
-    return _save(fig, result, path)
 
 
 # -----------------------------------------------------------------------------------------------------------------
@@ -1416,6 +1190,7 @@ def check_out(out):
 def fit_results(path, argv, skip_empty=False):
     """Fit one results file with `fit`'s --key=value arguments: (result, the files written); (None, []) when the
     subset keys leave no run and skip_empty (a record file that holds only other figures' arms)."""
+    import figures  # here: figures.py imports this file's law for its Chinchilla panel
     from configurator import configure
     cfg, _ = configure(FIT_KEYS, None, list(argv), doc_source=__file__,
                        usage="python scaling.py fit results.jsonl [--key=value ...]", choices=dict(law=LAWS))
@@ -1431,13 +1206,13 @@ def fit_results(path, argv, skip_empty=False):
     law = cfg["law"]
     if law == "isoflop":
         result = fit_isoflop(rows, cfg["n_key"] or "params_active", cfg["bootstrap"], cfg["seed"])
-        files = plot_isoflop(result, out)
+        files = figures.plot_isoflop(result, out)
     elif law == "chinchilla":
         result = fit_chinchilla(rows, cfg["n_key"] or "params_unique_nonembed", cfg["restarts"], cfg["seed"])
-        files = plot_chinchilla(result, rows, out)
+        files = figures.plot_chinchilla(result, rows, out)
     elif law == "joint":
         result = fit_joint(rows, cfg["restarts"], cfg["bootstrap"], cfg["seed"], cfg["workers"], cfg["boot_restarts"])
-        files = plot_joint(result, out)
+        files = figures.plot_joint(result, out)
     elif law == "delta_phi":
         designs, reference = cfg["designs"], cfg["reference"] or "r"
         if skip_empty:  # a record whose probes have not all run yet: draw those that have
@@ -1446,13 +1221,13 @@ def fit_results(path, argv, skip_empty=False):
                 return None, []
         result = fit_delta_phi(rows, reference, designs, cfg["hold"], cfg["restarts"],
                                cfg["bootstrap"], cfg["seed"], cfg["workers"], cfg["boot_restarts"])
-        files = plot_delta_phi(result, out)
+        files = figures.plot_delta_phi(result, out)
     elif law == "lr":
         result = fit_lr(rows, cfg["group"], cfg["panel"], cfg["reference"] or None, cfg["max_loss"])
-        files = plot_lr(result, out)
+        files = figures.plot_lr(result, out)
     elif law == "compare":
         result = compare_arms(rows, cfg["panel"], cfg["metric"], cfg["reference"] or None, cfg["archs"])
-        files = plot_compare(result, out)
+        files = figures.plot_compare(result, out)
     else:
         raise ConfigError(f"unknown --law={law!r}: use isoflop | chinchilla | joint | delta_phi | lr | compare")
     return result, files

@@ -12,6 +12,7 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+import figures  # noqa: E402
 import fits  # noqa: E402
 from figure_checks import assert_drawn, figure_problems, seed_spread_drawn  # noqa: E402
 import scaling  # noqa: E402
@@ -487,12 +488,12 @@ def test_fit_cli_writes_figures(tmp_path, capsys, drawn):
 # figures a lecturer puts on a slide (issue 30, part 5), checked on the Matplotlib objects rather than the PNG
 
 def capture(monkeypatch, write=True):
-    """The figures fits draws, as (Figure, the numbers of its JSON), laid out as fits._save lays them out (and
-    written, unless write=False)."""
-    figures, save = [], fits._save
-    monkeypatch.setattr(fits, "_save", lambda fig, numbers, path: figures.append((fig, numbers)) or (
+    """The figures figures.py draws, as (Figure, the numbers of its JSON), laid out as figures._save lays them out
+    (and written, unless write=False)."""
+    drawn, save = [], figures._save
+    monkeypatch.setattr(figures, "_save", lambda fig, numbers, path: drawn.append((fig, numbers)) or (
         save(fig, numbers, path) if write else fig.tight_layout() or []))
-    return figures
+    return drawn
 
 
 @pytest.fixture
@@ -529,46 +530,46 @@ def several_seeds(law, numbers):
 
 def record_figures():
     """(law, JSON path) of every figure `python scaling.py figures records/` draws from the committed rows."""
-    figures = []
+    found = []
     for path in sorted(glob.glob(os.path.join(ROOT, "records", "*", "*.jsonl"))):
         name = os.path.basename(path)[:-len(".jsonl")]
         for figure, args in sweep.load_spec(os.path.join(ROOT, "config", "sweeps", name + ".py")).get("figures",
                                                                                                         {}).items():
             if os.path.exists(path[:-len(".jsonl")] + f"_{figure}.json"):  # a figure whose arms have not run yet
-                figures.append((next(a[len("--law="):] for a in args if a.startswith("--law=")),
+                found.append((next(a[len("--law="):] for a in args if a.startswith("--law=")),
                                 path[:-len(".jsonl")] + f"_{figure}.json"))
     for png in sorted(glob.glob(os.path.join(ROOT, "records", "*", "*.png"))):  # figures of a record's own fit command
         path = png[:-len(".png")] + ".json"
-        if path in {p for _, p in figures} or not os.path.exists(path):
+        if path in {p for _, p in found} or not os.path.exists(path):
             continue
         with open(path) as f:
             numbers = json.load(f)
         if {"reference", "metric", "arms"} <= set(numbers):
-            figures.append(("compare", path))
+            found.append(("compare", path))
         elif numbers and all(isinstance(v, dict) and "delta_phi" in v for v in numbers.values()):
-            figures.append(("delta_phi", path))
-    return figures
+            found.append(("delta_phi", path))
+    return found
 
 
 def test_the_names_on_a_slide():
-    assert fits.flops_name(3e11) == "3×10¹¹ FLOPs" and fits.flops_name(1e12) == "10¹² FLOPs"
-    assert fits.flops_name(4.64e17) == "4.64×10¹⁷ FLOPs"
-    assert fits.group_name(("n_layer", "n_loop"), (4, 2)) == "4 layers, loop count 2"
-    assert fits.readable("params_active") == "active parameters N (count)" and fits.readable("hc_r") == "hc r"
+    assert figures.flops_name(3e11) == "3×10¹¹ FLOPs" and figures.flops_name(1e12) == "10¹² FLOPs"
+    assert figures.flops_name(4.64e17) == "4.64×10¹⁷ FLOPs"
+    assert figures.group_name(("n_layer", "n_loop"), (4, 2)) == "4 layers, loop count 2"
+    assert figures.readable("params_active") == "active parameters N (count)" and figures.readable("hc_r") == "hc r"
 
 
 def test_the_figure_check_catches_what_a_slide_may_not_show():
     """A planted bad figure (a bar chart cut at 1.67, a bare field name, 'C=3e+11', long labels on top of each
     other) gives each problem; the same figure done right gives none."""
-    fig, (ax,) = fits._figure(1, width=2.0)
+    fig, (ax,) = figures._figure(1, width=2.0)
     ax.bar([0, 1, 2], [1.7, 1.8, 1.75], label="C=3e+11")
     ax.legend()
     ax.set(ylim=(1.67, 1.85), ylabel="val_loss", xticks=[0, 1, 2], xticklabels=["a long arm name"] * 3)
     problems = " | ".join(figure_problems(fig))
     for problem in ("without a unit: 'val_loss'", "'C=3e+11'", "without zero", "tick labels overlap"):
         assert problem in problems
-    ax.legend(labels=[fits.flops_name(3e11)])
-    ax.set(ylim=(0, 2), ylabel=fits.readable("val_loss"), xticklabels=["a", "b", "c"])
+    ax.legend(labels=[figures.flops_name(3e11)])
+    ax.set(ylim=(0, 2), ylabel=figures.readable("val_loss"), xticklabels=["a", "b", "c"])
     assert figure_problems(fig) == []
 
 
@@ -578,8 +579,8 @@ def test_record_figures_show_their_numbers_readably(law, path, monkeypatch):
     where the JSON holds several training seeds their spread is drawn (a band or error bars)."""
     with open(path) as f:
         numbers = json.load(f)
-    plot = {"compare": fits.plot_compare, "isoflop": fits.plot_isoflop, "lr": fits.plot_lr,
-            "delta_phi": fits.plot_delta_phi, "joint": fits.plot_joint}[law]
+    plot = {"compare": figures.plot_compare, "isoflop": figures.plot_isoflop, "lr": figures.plot_lr,
+            "delta_phi": figures.plot_delta_phi, "joint": figures.plot_joint}[law]
     drawn = capture(monkeypatch, write=False)
     plot(numbers, "unused")
     ((fig, _),) = drawn
@@ -784,7 +785,7 @@ def test_the_elastic_curves_of_the_jeddi_verdict_are_drawn_from_its_jsons(monkey
         assert curves["LoopFormer"][4][0] == next(iter(json.load(f)["results"].values()))["budgets"]["4"]
     assert all(len(v) == 3 for per_m in curves.values() for v in per_m.values())
     drawn = capture(monkeypatch, write=False)
-    fits.plot_elastic_curves(curves, "unused")
+    figures.plot_elastic_curves(curves, "unused")
     ((fig, _),) = drawn
     assert figure_problems(fig) == []
     assert_drawn(fig, [(M, p) for per_m in curves.values() for M, v in per_m.items() for p in v])
