@@ -20,6 +20,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import early_exit as ee
 import eval as ev
+import tasks
 from configurator import ConfigError
 from data import get_tokenizer
 from model import GPT
@@ -65,7 +66,7 @@ def test_scores_of_a_model_with_known_log_probabilities():
     model, table = bigram_model()
     rng = random.Random(1)
     alphabet = "abcdefgh é—ü"
-    mc = ev.Task("t", "mc", None, None, "x", None, None, "acc")
+    mc = tasks.Task("t", "mc", None, None, "x", None, None, "acc")
     word = lambda: "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 6)))  # noqa: E731
     items = [dict(query=f"Q{i}: pick one\nA:", choices=[word() for _ in range(4)], gold=i % 4) for i in range(16)]
     scorers = [ev.Scorer(model, BYTE, shared=True), ev.Scorer(model, BYTE, shared=False)]
@@ -90,8 +91,8 @@ def test_scores_of_a_model_with_known_log_probabilities():
     assert sensitive["norm"] and sensitive["bytes"], "the items must tell acc, acc_norm and acc_bytes apart"
 
     # WinoGrande's partial scoring: two contexts, one continuation
-    part = ev.Task("w", "partial", None, None, "x", None, None, "acc")
-    d = ev._winogrande(dict(sentence="The cup did not fit in the bag because _ was too big.", option1="the cup",
+    part = tasks.Task("w", "partial", None, None, "x", None, None, "acc")
+    d = tasks._winogrande(dict(sentence="The cup did not fit in the bag because _ was too big.", option1="the cup",
                             option2="the bag", answer="2"))
     hand = [hand_ll(table, c, " " + d["target"]) for c in d["contexts"]]
     res = scorers[0].score([[ev.encode_pair(BYTE, c, t) for c, t in ev.requests(part, d)]])[0]
@@ -105,7 +106,7 @@ def test_scores_of_a_model_with_known_log_probabilities():
     for _ in range(5):
         row = table[greedy[-1] % len(table)]
         greedy.append(max(range(256), key=row.__getitem__))
-    lm = ev.Task("l", "lm", None, None, "x", None, None, "acc", "")
+    lm = tasks.Task("l", "lm", None, None, "x", None, None, "acc", "")
     for answer, acc in ((bytes(greedy[1:]).decode("latin-1"), 1.0), ("zzzzz", 0.0)):
         if acc == 1.0:  # the greedy chain may leave ASCII: score its bytes directly
             res = scorers[1].score([[(list(b"Answer:"), greedy[1:])]])[0]
@@ -453,7 +454,7 @@ def test_harness_adapter_gives_eval_py_scores_through_simple_evaluate(tmp_path):
                                   task_manager=TaskManager(include_defaults=False, include_path=str(tmp_path)),
                                   bootstrap_iters=0, log_samples=False)["results"]
     scorer = ev.Scorer(model, BYTE, setting)
-    mc = ev.Task("fx_mc", "mc", None, None, "validation", None, lambda r: ev._mc(
+    mc = tasks.Task("fx_mc", "mc", None, None, "validation", None, lambda r: tasks._mc(
         f"Question: {r['question']}\nAnswer:", r["choices"], r["gold"]), "acc")
     mine = ev.evaluate_task(scorer, mc, [(mc.doc(r), ev.requests(mc, mc.doc(r))) for r in MC_ROWS], progress=False)
     for m in ("acc", "acc_norm", "acc_bytes"):
