@@ -41,6 +41,7 @@ import moe  # noqa: E402
 from configurator import ConfigError, configure, run  # noqa: E402
 from checkpoint import load_model  # noqa: E402
 from distributed import use_device  # noqa: E402
+from figures import readable  # noqa: E402
 from loop import RESIDUAL_RULES, residual_multiplier  # noqa: E402
 from model import GPT, GPTConfig  # noqa: E402
 from optim import make_optimizer, train_step  # noqa: E402
@@ -461,11 +462,6 @@ def draw_routing_dynamics(result, cfg):
                 heatmap(ax, np.array(panels[c][1][metric]), f"{readable(name)} {panels[c][0]}: {metric}",
                         "iteration (pass)", first=0)
     return fig
-
-
-def readable(name):
-    """A run directory's name on a slide: underscores read as spaces."""
-    return name.replace("_", " ")
 
 
 STAT_NAMES = {"mean_abs_gamma": "mean |γ| (scale)", "mean_abs_beta": "mean |β| (shift)", "mean_alpha": "mean α (gate)",

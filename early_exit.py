@@ -63,6 +63,7 @@ import scaling
 from checkpoint import load_model
 from configurator import ConfigError
 from distributed import use_device
+from figures import readable
 from loop import is_looped, last
 from model import Label
 
@@ -835,7 +836,7 @@ def draw_exits(results):
         for i, (name, r) in enumerate(results.items()):
             for j, (c, e) in enumerate(r["criteria"].items()):
                 front = [p for p in e[f"frontier_{key}"] if p[key] >= 0]
-                label = readable_name(name) if len(r["criteria"]) == 1 else f"{readable_name(name)}, {c}"
+                label = readable(name) if len(r["criteria"]) == 1 else f"{readable(name)}, {c}"
                 color = f"C{j}" if one_model else f"C{i}"  # one model: a colour per criterion
                 ax.plot([100 * p[key] for p in front], [p["ppl"] for p in front], styles[j % 4], color=color,
                         marker=markers[j % 6], ms=2.5, label=label)
@@ -863,7 +864,7 @@ def draw_elastic(results):
     ax = axes[0][0]
     for name, r in results.items():
         Ms = sorted(r["budgets"], key=int)
-        ax.plot([int(m) for m in Ms], [r["budgets"][m] for m in Ms], "o-", label=readable_name(name))
+        ax.plot([int(m) for m in Ms], [r["budgets"][m] for m in Ms], "o-", label=readable(name))
     ax.set_xticks(sorted({int(m) for r in results.values() for m in r["budgets"]}))
     ax.set_xlabel("budget M (loop steps, uniform schedule)")
     ax.set_ylabel(PPL_LABEL)
@@ -876,18 +877,13 @@ def draw_elastic(results):
             for k, row in enumerate(rows, 1):
                 ax.annotate("+".join(map(str, row["steps"])), (k, row["ppl"]), fontsize=7, xytext=(3, 3),
                             textcoords="offset points")
-        ax.set_title(f"{readable_name(name)}: every schedule of {len(rows[0]['steps'])} steps (in 1/{r['L']})",
+        ax.set_title(f"{readable(name)}: every schedule of {len(rows[0]['steps'])} steps (in 1/{r['L']})",
                      fontsize=9)
         ax.set_xlabel("schedule, best to worst (rank)")
         ax.set_ylabel(PPL_LABEL)
         ax.grid(alpha=0.3)
     fig.tight_layout()
     return fig
-
-
-def readable_name(name):
-    """A run directory's name on a slide: underscores read as spaces."""
-    return name.replace("_", " ")
 
 
 def save_figure(fig, path):

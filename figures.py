@@ -1,14 +1,14 @@
 """
 The figures of the sweeps' statistics (fits.py): a PNG next to a JSON of the numbers it shows, drawn as a lecturer
 puts them on a slide (axis names with their units, readable names from one map, seed spread drawn; the checks are
-tests/figure_checks.py). `python scaling.py fit ...` and `python scaling.py figures records/` call them.
+tests/figure_checks.py). `python scaling.py fit ...` and `python scaling.py figures records/` call them;
+early_exit.py and analyze.py name their runs with `readable`.
 """
 import json
 import math
 
 import numpy as np
 
-from fits import column, flops_curve, group_by, law_data, law_predict, run_flops
 
 # What a slide says for a field, an arch or a group key: ONE map (issue 30), axis names with their unit in brackets,
 # group keys as a format. A name not in it (an arm of a sweep) is shown with spaces for its underscores.
@@ -105,6 +105,7 @@ def _colors(n):
 def plot_chinchilla(result, rows, path):
     """Per architecture the runs with the law's isoFLOP curves L(N, C/F(N)); then the compute-optimal N*(C) and
     D*(C) of every architecture (Schwethelm et al. Fig. 2 and 3)."""
+    from fits import column, flops_curve, group_by, law_data, law_predict, run_flops  # the law it draws
     archs = list(result)
     fig, axes = _figure(len(archs) + 2)
     by_arch = group_by(rows, "arch")
