@@ -16,6 +16,7 @@ import glob
 import json
 import math
 import os
+import shlex
 import sys
 
 import numpy as np
@@ -975,10 +976,10 @@ def representation_evolution(path, model, reference):
 
 
 def provenance(inputs, command):
-    """What a committed result JSON names so that it regenerates: the command, the code's commit and each input
-    file's sha256 (records/README.md)."""
+    """What a committed result JSON names so that it regenerates: the command (quoted to run as printed in a shell),
+    the code's commit and each input file's sha256 (records/README.md)."""
     from sweep import file_sha256, git_revision
-    return dict(command=" ".join(command), code=git_revision(os.path.dirname(os.path.abspath(__file__))),
+    return dict(command=shlex.join(command), code=git_revision(os.path.dirname(os.path.abspath(__file__))),
                 inputs={p: file_sha256(p) for p in inputs})
 
 
@@ -1230,6 +1231,13 @@ def fit_results(path, argv, skip_empty=False):
         files = figures.plot_compare(result, out)
     else:
         raise ConfigError(f"unknown --law={law!r}: use isoflop | chinchilla | joint | delta_phi | lr | compare")
+    json_path = out + ".json"  # the figure's numbers name what regenerates them (records/README.md)
+    with open(json_path) as f:
+        numbers = json.load(f)
+    numbers["provenance"] = provenance([path], ["python", "scaling.py", "fit", path] + list(argv)
+                                       + ([f"--out={out}"] if not cfg["out"] else []))
+    with open(json_path, "w") as f:
+        json.dump(numbers, f, indent=1, default=float)
     return result, files
 
 

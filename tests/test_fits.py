@@ -456,10 +456,13 @@ def test_figures_draw_the_probes_that_have_run(tmp_path, capsys, monkeypatch):
     written = {os.path.basename(p) for p in scaling.main(["figures", str(tmp_path / "records")])}
     assert written == {f"isodepth_cpu_{f}.{ext}" for f in ("isoflop", "delta_phi") for ext in ("png", "json")}
     numbers = json.loads((paper / "isodepth_cpu_delta_phi.json").read_text())
-    assert list(numbers) == ["hc_r"] and numbers["hc_r"]["runs"] == 5 + 6  # r=1 at 1e12 at its seed, hc at r=2, 4
+    assert list(numbers) == ["hc_r", "provenance"] and numbers["hc_r"]["runs"] == 5 + 6  # r=1 at 1e12, hc at r=2, 4
+    prov = numbers["provenance"]  # the command that regenerates this figure alone, and the rows it read
+    assert prov["command"].startswith("python scaling.py fit ") and "--law=delta_phi" in prov["command"]
+    assert list(prov["inputs"]) == [str(paper / "isodepth_cpu.jsonl")]
     assert abs(numbers["hc_r"]["delta_phi"]) < 0.3  # drawn from the same law: delta phi 0 up to the noise
     isoflop = json.loads((paper / "isodepth_cpu_isoflop.json").read_text())
-    assert set(isoflop) == {"r1", "r2", "r4"}  # the probes stay out of the grid's isoFLOP figure
+    assert set(isoflop) == {"r1", "r2", "r4", "provenance"}  # the probes stay out of the grid's isoFLOP figure
 
 
 def test_fit_cli_writes_figures(tmp_path, capsys, drawn):
