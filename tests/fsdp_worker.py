@@ -3,15 +3,16 @@ the sharded runs that test_fsdp_* check afterwards.
 
     python -m torch.distributed.run --standalone --nproc_per_node=2 tests/fsdp_worker.py OUT --data_source=...
 
-- OUT/<case>_ddp and OUT/<case>_fsdp: the same 20 steps through train.main with DDP and with --fsdp, for a plain
-  GPT (AdamW, clipping, independent weight decay), a looped model (a prelude, one shared block called once per
-  pass, a coda) and a looped MoE model with bias balancing whose FSDP run also checkpoints activations; and 5 steps
-  with MuonH (on DTensor shards its Newton-Schulz iterations gather each matrix: 0.5 s a step here);
+- OUT/<case>_ddp and OUT/<case>_fsdp: the same 10 steps of 2 micro-batches through train.main with DDP and with
+  --fsdp, for a plain GPT (AdamW, clipping, independent weight decay), a looped model (a prelude, one shared block
+  called once per pass, a coda) and a looped MoE model with bias balancing whose FSDP run also checkpoints
+  activations; and 3 steps with MuonH (on DTensor shards its Newton-Schulz iterations gather each matrix: 0.5 s a
+  step here);
 - OUT/bf16: a few --fsdp steps in bfloat16;
 - OUT/memory_rank<r>.json: the bytes of parameters, gradients and optimizer state that rank r holds under FSDP,
   beside scaling.memory_per_gpu's prediction;
-- OUT/cut: the gpt case's --fsdp run again, killed (SIGKILL) while it swaps in its step-10 checkpoint, between the
-  two renames; the test resumes it with torchrun train.py --resume and compares it with OUT/gpt_fsdp.
+- OUT/cut: the gpt case's --fsdp run again, killed (SIGKILL) while it swaps in its step-10 (last) checkpoint, between
+  the two renames; the test resumes it with torchrun train.py --resume and compares it with OUT/gpt_fsdp.
 """
 import json
 import os
@@ -30,13 +31,13 @@ from optim import make_optimizer  # noqa: E402
 import scaling  # noqa: E402
 
 TINY = ["--n_layer=2", "--n_embd=64", "--head_dim=16", "--block_size=32", "--batch_size=4", "--sample_tokens=0",
-        "--eval_tokens=1024", "--log_interval=1", "--grad_accum=4"]
-RUN = ["--max_iters=20", "--eval_interval=5"]
+        "--eval_tokens=1024", "--log_interval=1", "--grad_accum=2"]
+RUN = ["--max_iters=10", "--eval_interval=5"]
 CASES = {
     "gpt": [],
     "looped": ["--n_prelude=1", "--n_layer=1", "--n_coda=1", "--n_loop=3"],
     "moe": ["--n_layer=1", "--n_loop=2", "--n_expert=4", "--top_k=2", "--moe_bias_rate=0.01"],
-    "muonh": ["--optimizer=muonh", "--n_layer=1", "--max_iters=5"],
+    "muonh": ["--optimizer=muonh", "--n_layer=1", "--max_iters=3"],
 }
 FSDP_EXTRA = {"moe": ["--activation_checkpointing=True"]}
 
