@@ -1002,13 +1002,19 @@ def main_test(argv):
     python fits.py exits EE.json ... --pairs=A<B,... [--out=F.json]: Lee et al.'s early-exit comparisons on absolute
     perplexity at equal depth saved (exit_comparisons), one early_exit.py JSON per seed. python fits.py
     representation R.json ... --model=A --reference=B: Jeddi et al.'s four metrics (representation_evolution).
-    --out=F.json: elastic, probes, representation and exits also write their result with its provenance."""
+    python fits.py family NAME=D1,D2,... NAME=... [--margin=M] [--looks=K] --out=F.json: several comparisons of one
+    finding, each its per-seed differences, tested together (Holm; TOST with a margin; each p times the looks of a
+    sequential design before Holm).
+    --out=F.json: family, elastic, probes, representation and exits also write their result with its provenance."""
     if not argv or argv[0] not in TEST_OPTIONS:
         raise ConfigError("usage: python fits.py ttest|tost|holm VALUE ... [--margin=M] [--looks=K] | "
+                          "family NAME=D1,D2,... ... [--margin=M] [--looks=K] [--out=F.json] | "
                           "elastic LF.json PLAIN.json ... | probes EVAL.json ... --reference=MODEL | "
                           "exits EE.json ... --pairs=A<B,... | representation R.json ... --model=A --reference=B"
                           + (f" ({argv[0]!r} is not one)" if argv else ""))
     opts = test_options(argv)
+    if argv[0] == "family":
+        return main_family(argv, opts)
     if argv[0] in ("exits", "elastic", "probes", "representation"):
         paths = [a for a in argv[1:] if not a.startswith("--")]
         missing = [p for p in paths if not os.path.isfile(p)] or ([] if paths else ["(none given)"])
@@ -1049,8 +1055,41 @@ def main_test(argv):
     return out
 
 
+def main_family(argv, opts):
+    """python fits.py family NAME=D1,D2,... ...: the comparisons of one finding, typed as their per-seed numbers (each
+    printed by a committed fit command), tested as one family and written with the command that typed them."""
+    per_seed = {}
+    for a in argv[1:]:
+        if a.startswith("--"):
+            continue
+        name, eq, values = a.partition("=")
+        try:
+            per_seed[name] = [float(v) for v in values.split(",")]
+        except ValueError:
+            per_seed[name] = []
+        if not eq or not name or len(per_seed[name]) < 2:
+            raise ConfigError(f"fits.py family: {a!r} is not NAME=D1,D2,...: give each comparison's per-seed numbers, "
+                              "two seeds or more")
+    out = {name: dict(per_seed=d, **(tost(d, opts["margin"]) if "margin" in opts else paired_t_test(d)))
+           for name, d in per_seed.items()}
+    looks = opts.get("looks", 1)
+    for name, p in zip(out, holm([min(1.0, o["p"] * looks) for o in out.values()])):
+        out[name]["holm_p"] = p
+        if "margin" not in opts:
+            out[name]["verdict"] = ("inconclusive" if p >= 0.05 else "lower" if out[name]["mean"] < 0 else "higher")
+    if looks > 1:
+        out["looks"] = looks
+    if opts.get("out"):
+        with open(opts["out"], "w") as f:
+            json.dump(dict(out, provenance=provenance([], ["python", "fits.py"] + list(argv))), f, indent=1,
+                      default=float)
+    print(json.dumps(out, indent=1, default=float))
+    return out
+
+
 # the options of each `python fits.py` command, with the type of their value
 TEST_OPTIONS = dict(ttest=dict(looks=int), tost=dict(margin=float, looks=int), holm=dict(looks=int),
+                    family=dict(margin=float, looks=int, out=str),
                     elastic=dict(margin=float, out=str), probes=dict(reference=str, out=str),
                     exits=dict(pairs=str, out=str), representation=dict(model=str, reference=str, out=str))
 
@@ -1135,6 +1174,7 @@ FIT_KEYS = dict(
     seeds=(),  # keep only these training seeds (a finding's spread over seeds: fit each seed alone); () = all
     max_loss=float("inf"),  # drop runs whose val_loss exceeds this (diverged; Wang et al. use 4)
     max_lr=float("inf"),  # lr: keep only runs at LRs up to this, so that arms judged together share one grid
+    lrs=(),  # keep only runs at these LRs (an earlier, coarser grid of a record); () = all
     group=("n_embd",),  # lr: the fields that define one LR curve (width, n_loop, n_layer ...)
     panel="arch",  # lr: the field that splits curves into panels (e.g. residual_scaling); compare: the arms' field
     reference="",  # lr: the group whose optimal LR is transferred; compare: the arm compared against; "" = the first;
@@ -1161,12 +1201,14 @@ def select_rows(rows, cfg, allow_empty=False):
             continue
         if field(r, "lr") is not None and field(r, "lr") > cfg["max_lr"] * (1 + 1e-9):
             continue
+        if cfg["lrs"] and not any(math.isclose(field(r, "lr"), lr, rel_tol=1e-3) for lr in cfg["lrs"]):
+            continue
         if cfg["archs"] and field(r, "arch") not in cfg["archs"]:
             if not (field(r, "arch") == cfg["baseline_arch"] and field(r, "n_loop") == 1):
                 continue
         keep.append(r)
     if not keep and not allow_empty:
-        raise ConfigError("no runs left after the subset keys (archs, budgets, loops, seeds, max_loss, max_lr); "
+        raise ConfigError("no runs left after the subset keys (archs, budgets, loops, seeds, max_loss, max_lr, lrs); "
                           "loosen them")
     return keep
 
