@@ -1,0 +1,173 @@
+"""Every number a record prints regenerates (records/README.md; issue 30, part 3).
+
+- A generated block (records.py) equals the table its JSON draws; the JSON names its command, the code's commit (an
+  ancestor of HEAD) and its inputs' sha256 (the committed files' own), and the fast commands (fits.py's tests, a
+  second each) rerun to the same numbers.
+- Every figure JSON `scaling.py figures` writes names the rows it fitted, at their committed sha256.
+- Every decimal number in a record's prose is a value of a JSON (or JSON-lines rows) file in the record's own
+  directory, at the precision printed, or is marked: a paper's number (a **Paper.** paragraph, a table's "paper"
+  column, or `<!-- paper: N ... -->` on its line), a timing (a time unit follows it, or `<!-- timing: N ... -->`), a
+  mathematical constant (`<!-- math: N ... -->`: a critical t, ln 256), an arXiv id. A number typed from nowhere
+  fails. (A fraction of a JSON counts also printed in percent, on a line that has a %.)
+"""
+import glob
+import json
+import math
+import os
+import re
+import shlex
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+import records  # noqa: E402
+from sweep import file_sha256, load_spec  # noqa: E402
+
+RECORDS = sorted(glob.glob(os.path.join(ROOT, "records", "*2026.md")))  # one per paper (README.md holds the rules)
+
+
+def read(path):
+    with open(path) as f:
+        return f.read()
+
+
+def block_jsons():
+    return sorted({m.group(1) for r in RECORDS for m in records.BLOCK.finditer(read(r))})
+
+
+def test_every_record_has_generated_blocks_and_each_equals_its_json(monkeypatch):
+    monkeypatch.chdir(ROOT)
+    assert len(block_jsons()) >= 5
+    for record in RECORDS:
+        text = read(record)
+        assert records.regenerate(text) == text, f"{record}: a generated block differs from its JSON: python records.py"
+    # a planted change: one digit of a block's table no longer matches its JSON
+    text = read(os.path.join(ROOT, "records", "lee2026.md"))
+    m = next(records.BLOCK.finditer(text))
+    planted = text[:m.start(4)] + m.group(4).replace("0.", "1.", 1) + text[m.end(4):]
+    assert records.regenerate(planted) == text
+    assert records.main(["--check"]) == 0
+
+
+def is_ancestor(commit):
+    return subprocess.run(["git", "merge-base", "--is-ancestor", commit, "HEAD"], cwd=ROOT,
+                          capture_output=True).returncode == 0
+
+
+@pytest.mark.parametrize("path", block_jsons())
+def test_a_block_json_names_its_inputs_and_commit_and_its_command_regenerates_it(path, tmp_path, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    committed = json.loads(read(path))
+    prov = committed["provenance"]
+    for source, sha in prov["inputs"].items():
+        assert file_sha256(source) == sha, f"{path}: its input {source} changed since it was written: rerun its command"
+    assert is_ancestor(prov["code"].removesuffix("+dirty")), f"{path}: {prov['code']} is not in main's history"
+    argv = shlex.split(prov["command"])
+    assert argv[:2] == ["python", "fits.py"] and f"--out={path}" in argv
+    import fits
+    out = tmp_path / "again.json"
+    fits.main_test([a if a != f"--out={path}" else f"--out={out}" for a in argv[2:]])
+    again = json.loads(out.read_text())
+    again.pop("provenance"), committed.pop("provenance")
+    assert json.dumps(again, sort_keys=True) == json.dumps(committed, sort_keys=True)
+
+
+def test_every_figure_json_names_the_rows_it_fitted_at_their_committed_sha():
+    checked = 0
+    for rows in sorted(glob.glob(os.path.join(ROOT, "records", "*", "*.jsonl"))):
+        name = os.path.splitext(os.path.basename(rows))[0]
+        for figure in load_spec(os.path.join(ROOT, "config", "sweeps", name + ".py")).get("figures", {}):
+            path = os.path.join(os.path.dirname(rows), f"{name}_{figure}.json")
+            if not os.path.exists(path):  # a figure whose arms have not run yet (scaling.py figures skips it)
+                continue
+            prov = json.loads(read(path))["provenance"]
+            relative = os.path.relpath(rows, ROOT)
+            assert prov["inputs"] == {relative: file_sha256(rows)}, (
+                f"{path} was not fitted on today's {relative}: python scaling.py figures records/")
+            assert prov["command"].startswith(f"python scaling.py fit {relative} ")
+            assert is_ancestor(prov["code"].removesuffix("+dirty"))
+            checked += 1
+    assert checked >= 10
+
+
+# ---- every decimal number in a record's prose comes from its JSON or is marked ----
+NUMBER = re.compile(r"(?<![\w.])[-−+]?\d+\.\d+(?!\w|\.\d)")
+TIME_UNIT = re.compile(r"\s?(?:s|ms|min|minutes?|hours?|h|core-hours?|core-minutes?)\b")
+MARK = re.compile(r"<!-- (paper|timing|math): ([^>]*?) -->")
+
+
+def json_numbers(obj):
+    """Every number of a JSON document: values, and keys that are numbers."""
+    if isinstance(obj, dict):
+        keys = [float(k) for k in obj if re.fullmatch(r"-?\d+(\.\d+)?(e-?\d+)?", k)]
+        return keys + [x for v in obj.values() for x in json_numbers(v)]
+    if isinstance(obj, list):
+        return [x for v in obj for x in json_numbers(v)]
+    if isinstance(obj, (int, float)) and not isinstance(obj, bool) and math.isfinite(obj):
+        return [obj]
+    return []
+
+
+def directory_numbers(directory):
+    """The numbers of a record directory's JSON and JSON-lines files, each as text at 0-6 decimals."""
+    shown = set()
+    for path in glob.glob(os.path.join(directory, "*.json")) + glob.glob(os.path.join(directory, "*.jsonl")):
+        with open(path) as f:
+            docs = [json.load(f)] if path.endswith(".json") else [json.loads(line) for line in f if line.strip()]
+        for v in json_numbers(docs):
+            shown.update(f"{abs(v):.{p}f}" for p in range(7))
+            shown.update(f"{abs(100 * v):.{p}f}%" for p in range(7))  # a fraction, printed in percent
+    return shown
+
+
+def unsourced(text, shown):
+    """(line number, number) of every decimal in the prose of a record's text that is neither in `shown` nor
+    marked (module docstring)."""
+    out, paper_paragraph, paper_column = [], False, None
+    text = records.BLOCK.sub(lambda m: "\n" * m.group(0).count("\n"), text)  # blocks are checked against their JSON
+    for i, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            paper_paragraph = False
+            continue
+        if line.startswith("    "):  # a command or its output
+            continue
+        paper_paragraph = paper_paragraph or line.startswith("**Paper.**")
+        cells = line.split("|")
+        if line.startswith("|") and "paper" in [c.strip() for c in cells]:
+            paper_column = [c.strip() for c in cells].index("paper")
+        elif not line.startswith("|"):
+            paper_column = None
+        marked = {n for kind, numbers in MARK.findall(line) for n in numbers.split()}
+        if paper_paragraph:
+            continue
+        if paper_column is not None and len(cells) > paper_column:
+            cells[paper_column] = ""
+            line = "|".join(cells)
+        line = re.sub(r"`[^`]*`", "", MARK.sub("", line))
+        for m in NUMBER.finditer(line):
+            number = m.group(0).replace("−", "-").lstrip("+-")
+            if (number in shown or ("%" in line and number + "%" in shown) or m.group(0).lstrip("+") in marked
+                    or number in marked or TIME_UNIT.match(line, m.end()) or line[:m.start()].endswith("arXiv:")):
+                continue
+            out.append((i, m.group(0)))
+    return out
+
+
+def test_the_number_check_catches_a_typed_number_and_honours_the_marks():
+    shown = {"1.234"}
+    text = ("**Paper.** 9.99 from the paper.\n\nOurs 1.234 and 5.678.\n| model | paper | here |\n|---|---|---|\n"
+            "| A | 7.77 | 1.234 |\nIt took 3.5 min, arXiv:2605.09165; 4.5× in the paper <!-- paper: 4.5 -->\n"
+            "`9.87` in code\n\n    8.88 printed\n")
+    assert unsourced(text, shown) == [(3, "5.678")]
+
+
+@pytest.mark.parametrize("record", [os.path.basename(r) for r in RECORDS])
+def test_every_decimal_in_a_record_is_in_its_json_or_marked(record):
+    path = os.path.join(ROOT, "records", record)
+    bad = unsourced(read(path), directory_numbers(path.removesuffix(".md")))
+    assert not bad, (f"records/{record}: numbers in no JSON of its directory and not marked as the paper's or a "
+                     f"timing (line, number): {bad}")
