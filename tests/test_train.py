@@ -404,10 +404,11 @@ def test_the_vocabulary_follows_a_named_tokenizer_only(data_dir, tmp_path, capsy
 
 
 def test_short_cpu_run_learns_a_nat(tmp_path):
-    """On the real offline corpus (byte level), validation loss falls >= 1 nat below its initial value in 200 steps."""
+    """On the real offline corpus (byte level), validation loss falls >= 1 nat below its initial value in 60 steps
+    (the default 50 of warmup, then the decay: about 3 nats)."""
     out = str(tmp_path / "learn")
-    train.main(["--n_layer=2", "--n_embd=128", "--block_size=64", "--batch_size=8", "--max_iters=200",
-                "--eval_interval=200", "--eval_tokens=8192", "--sample_tokens=0", "--log_interval=50",
+    train.main(["--n_layer=2", "--n_embd=128", "--block_size=64", "--batch_size=8", "--max_iters=60",
+                "--eval_interval=60", "--eval_tokens=8192", "--sample_tokens=0", "--log_interval=20",
                 f"--data_dir={tmp_path / 'offline'}", f"--out_dir={out}"])
     vals = [r["val_loss"] for r in read_log(out) if "val_loss" in r]
     assert vals[0] - vals[-1] >= 1.0, vals
