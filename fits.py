@@ -1057,28 +1057,32 @@ def main_test(argv):
 
 def main_family(argv, opts):
     """python fits.py family NAME=D1,D2,... ...: the comparisons of one finding, typed as their per-seed numbers (each
-    printed by a committed fit command), tested as one family and written with the command that typed them."""
-    per_seed = {}
+    printed by a committed fit command), tested as one family and written with the command that typed them.
+    NAME@K=... : that comparison is a sequential design with K looks (its p times K enters Holm; --looks=K: all)."""
+    per_seed, looks = {}, {}
     for a in argv[1:]:
         if a.startswith("--"):
             continue
-        name, eq, values = a.partition("=")
+        key, eq, values = a.partition("=")
+        name, at, k = key.partition("@")
         try:
             per_seed[name] = [float(v) for v in values.split(",")]
+            looks[name] = int(k) if at else opts.get("looks", 1)
         except ValueError:
             per_seed[name] = []
-        if not eq or not name or len(per_seed[name]) < 2:
-            raise ConfigError(f"fits.py family: {a!r} is not NAME=D1,D2,...: give each comparison's per-seed numbers, "
-                              "two seeds or more")
+        if not eq or not name or len(per_seed[name]) < 2 or looks.get(name, 0) < 1:
+            raise ConfigError(f"fits.py family: {a!r} is not NAME=D1,D2,... or NAME@LOOKS=D1,D2,...: give each "
+                              "comparison's per-seed numbers, two seeds or more")
     out = {name: dict(per_seed=d, **(tost(d, opts["margin"]) if "margin" in opts else paired_t_test(d)))
            for name, d in per_seed.items()}
-    looks = opts.get("looks", 1)
-    for name, p in zip(out, holm([min(1.0, o["p"] * looks) for o in out.values()])):
+    for name in out:
+        if looks[name] > 1:
+            out[name].update(looks=looks[name], threshold=sequential_alpha(looks[name]),
+                             p_times_looks=min(1.0, out[name]["p"] * looks[name]))
+    for name, p in zip(out, holm([o.get("p_times_looks", o["p"]) for o in out.values()])):
         out[name]["holm_p"] = p
         if "margin" not in opts:
             out[name]["verdict"] = ("inconclusive" if p >= 0.05 else "lower" if out[name]["mean"] < 0 else "higher")
-    if looks > 1:
-        out["looks"] = looks
     if opts.get("out"):
         with open(opts["out"], "w") as f:
             json.dump(dict(out, provenance=provenance([], ["python", "fits.py"] + list(argv))), f, indent=1,
@@ -1134,7 +1138,7 @@ def main_test_files(argv, opts, paths):
         Ms = sorted(seeds[0])
         out = dict(vs_twin=_family({M: [s[M]["vs_twin"] for s in seeds] for M in Ms[:-1]}),
                    vs_trained_at_M=_family({M: [s[M]["vs_trained_at_M"] for s in seeds] for M in Ms[:-1]}),
-                   full_depth_vs_twin=paired_t_test([s[Ms[-1]]["vs_twin"] for s in seeds]))
+                   full_depth_vs_twin=_family({Ms[-1]: [s[Ms[-1]]["vs_twin"] for s in seeds]}))
         if "margin" in opts:
             out["matches_trained_at_M"] = _family({M: [s[M]["vs_trained_at_M"] for s in seeds]
                                                    for M in Ms[:-1]}, opts["margin"])
