@@ -5,10 +5,11 @@
   second each) rerun to the same numbers.
 - Every figure JSON `scaling.py figures` writes names the rows it fitted, at their committed sha256.
 - Every decimal number in a record's prose is a value of a JSON (or JSON-lines rows) file in the record's own
-  directory, at the precision printed, or is marked: a paper's number (a **Paper.** paragraph, a table's "paper"
-  column, or `<!-- paper: N ... -->` on its line), a timing (a time unit follows it, or `<!-- timing: N ... -->`), a
-  mathematical constant (`<!-- math: N ... -->`: a critical t, ln 256), an arXiv id. A number typed from nowhere
-  fails. (A fraction of a JSON counts also printed in percent, on a line that has a %.)
+  directory, at the precision printed (a fraction also in percent, on a line that has a %; 2.38M is 2.38e6, also
+  in a range 2.38-2.41M), or is marked: a paper's number (a **Paper.** paragraph, a table's "paper" column, or
+  `<!-- paper: N ... -->` on its line), a timing (a time unit follows it, or `<!-- timing: N ... -->`), a
+  mathematical constant (`<!-- math: N ... -->`: a critical t, ln 256), a reference (arXiv id, §, Fig., Table),
+  or arithmetic on sourced numbers (`<!-- derived: N = EXPR -->`, checked). A number typed from nowhere fails.
 """
 import glob
 import json
@@ -98,6 +99,38 @@ def test_every_figure_json_names_the_rows_it_fitted_at_their_committed_sha():
 NUMBER = re.compile(r"(?<![\w.])[-−+]?\d+\.\d+(?!\w|\.\d)")
 TIME_UNIT = re.compile(r"\s?(?:s|ms|min|minutes?|hours?|h|core-hours?|core-minutes?)\b")
 MARK = re.compile(r"<!-- (paper|timing|math): ([^>]*?) -->")
+DERIVED = re.compile(r"<!-- derived: ([-+]?\d+\.\d+) = ([^>]*?) -->")
+
+
+def arithmetic(expression):
+    """The value of + - * / and parentheses over decimal numbers (a derived mark's right-hand side)."""
+    import ast
+    import operator
+    ops = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
+           ast.USub: operator.neg}
+
+    def value(node):
+        if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)):
+            return node.value
+        if isinstance(node, ast.BinOp) and type(node.op) in ops:
+            return ops[type(node.op)](value(node.left), value(node.right))
+        if isinstance(node, ast.UnaryOp) and type(node.op) in ops:
+            return ops[type(node.op)](value(node.operand))
+        raise ValueError(f"not arithmetic: {expression!r}")
+    return value(ast.parse(expression, mode="eval").body)
+
+
+def derived(line, shown):
+    """The numbers a line derives by arithmetic from sourced ones (`<!-- derived: N = EXPR -->`), each checked: every
+    number of EXPR is sourced and EXPR rounds to N (within one unit of its last printed place)."""
+    out = set()
+    for result, expression in DERIVED.findall(line):
+        operands = re.findall(r"\d+\.\d+", expression)
+        assert all(x in shown for x in operands), f"{expression}: an operand is in no JSON of the record"
+        places = len(result.split(".")[1])
+        assert abs(arithmetic(expression) - float(result)) <= 10 ** -places, f"{result} is not {expression}"
+        out.add(result.lstrip("+-"))
+    return out
 
 
 def json_numbers(obj):
@@ -121,6 +154,8 @@ def directory_numbers(directory):
         for v in json_numbers(docs):
             shown.update(f"{abs(v):.{p}f}" for p in range(7))
             shown.update(f"{abs(100 * v):.{p}f}%" for p in range(7))  # a fraction, printed in percent
+            shown.update(f"{abs(v) / 10 ** e:.{p}f}{unit}" for e, unit in ((3, "k"), (6, "M"), (9, "B"))
+                         for p in range(4))
     return shown
 
 
@@ -141,17 +176,20 @@ def unsourced(text, shown):
             paper_column = [c.strip() for c in cells].index("paper")
         elif not line.startswith("|"):
             paper_column = None
-        marked = {n for kind, numbers in MARK.findall(line) for n in numbers.split()}
+        marked = {n for kind, numbers in MARK.findall(line) for n in numbers.split()} | derived(line, shown)
         if paper_paragraph:
             continue
         if paper_column is not None and len(cells) > paper_column:
             cells[paper_column] = ""
             line = "|".join(cells)
-        line = re.sub(r"`[^`]*`", "", MARK.sub("", line))
+        line = re.sub(r"`[^`]*`", "", DERIVED.sub("", MARK.sub("", line)))
         for m in NUMBER.finditer(line):
             number = m.group(0).replace("−", "-").lstrip("+-")
-            if (number in shown or ("%" in line and number + "%" in shown) or m.group(0).lstrip("+") in marked
-                    or number in marked or TIME_UNIT.match(line, m.end()) or line[:m.start()].endswith("arXiv:")):
+            unit = re.match(r"(?:[-–]\d+(?:\.\d+)?)?(.?)", line[m.end():]).group(1)  # 2.38M, or 2.38-2.41M
+            if (number in shown or ("%" in line and number + "%" in shown) or number + unit in shown
+                    or m.group(0).lstrip("+") in marked
+                    or number in marked or TIME_UNIT.match(line, m.end())
+                    or line[:m.start()].endswith(("arXiv:", "§", "Fig. ", "Table ", "App. "))):  # references
                 continue
             out.append((i, m.group(0)))
     return out
@@ -163,6 +201,11 @@ def test_the_number_check_catches_a_typed_number_and_honours_the_marks():
             "| A | 7.77 | 1.234 |\nIt took 3.5 min, arXiv:2605.09165; 4.5× in the paper <!-- paper: 4.5 -->\n"
             "`9.87` in code\n\n    8.88 printed\n")
     assert unsourced(text, shown) == [(3, "5.678")]
+    assert unsourced("| A | 1.234 | 0.234 | <!-- derived: 0.234 = 1.234 - 1.000 -->\n", shown | {"1.000"}) == []
+    with pytest.raises(AssertionError, match="is not"):  # arithmetic that does not hold
+        unsourced("| A | 0.334 | <!-- derived: 0.334 = 1.234 - 1.000 -->\n", shown | {"1.000"})
+    with pytest.raises(AssertionError, match="operand"):  # an operand typed from nowhere
+        unsourced("| A | 0.234 | <!-- derived: 0.234 = 1.234 - 1.000 -->\n", shown)
 
 
 @pytest.mark.parametrize("record", [os.path.basename(r) for r in RECORDS])
