@@ -933,18 +933,33 @@ def exit_perplexities(path, saved=("0.05", "0.10", "0.20", "0.30")):
             for m, r in results.items()}
 
 
-def exit_comparisons(paths, pairs):
+def exit_comparisons(paths, pairs, measure="absolute", saved=None):
     """Lee et al.'s early-exit findings on their own measure, one JSON per seed: for each pair "A<B" (the paper
     says A reaches the lower perplexity) and each saving, the per-seed difference ln ppl_A - ln ppl_B (nats per
     token; negative: as the paper says), t-tested with Holm over the whole family (full depth is reported, not
     tested: the claim is about the savings). A saving a model cannot reach
-    at some seed (None) leaves that comparison out."""
+    at some seed (None) leaves that comparison out. measure="relative": the second measure, the difference of the
+    relative penalties 100 (ppl/ppl_full - 1), in percentage points (negative: A loses less, as the paper says). B
+    written "NAME@nearest": at each seed the model named NAME@... whose full-depth perplexity is nearest A's (the
+    equal-perplexity control). saved: the savings compared (None: all)."""
     seeds = [exit_perplexities(p) for p in paths]
     per_seed = {}
+
+    def value(x, m, s):
+        if measure == "relative":
+            return 100 * (x[m][s] / x[m]["full"] - 1)
+        return math.log(x[m][s])
+
+    def partner(x, a, b):
+        if not b.endswith("@nearest"):
+            return b
+        prefix = b.removesuffix("nearest")
+        return min((m for m in x if m.startswith(prefix)), key=lambda m: abs(x[m]["full"] - x[a]["full"]))
     for pair in pairs:
         a, b = pair.split("<")
-        for s in (s for s in seeds[0][a] if s != "full"):  # full depth: context, not the claim
-            d = [math.log(x[a][s]) - math.log(x[b][s]) for x in seeds if x[a][s] and x[b][s]]
+        for s in (s for s in seeds[0][a] if s != "full" and (saved is None or s in saved)):  # full: context
+            d = [value(x, a, s) - value(x, partner(x, a, b), s) for x in seeds
+                 if x[a][s] and x[partner(x, a, b)][s]]
             if len(d) == len(seeds):
                 per_seed[f"{a}<{b}@{s}"] = d
     family = _family(per_seed)
@@ -999,8 +1014,9 @@ def main_test(argv):
     python fits.py elastic LOOPFORMER.json PLAIN.json [...one pair per seed] [--margin=M] | probes EVAL.json ...
     --reference=MODEL: the per-seed numbers of Jeddi et al.'s Table 1 or Chen et al.'s probes from the records'
     JSONs, and the tests of their family (TOST within the margin for "matches the model trained at M").
-    python fits.py exits EE.json ... --pairs=A<B,... [--out=F.json]: Lee et al.'s early-exit comparisons on absolute
-    perplexity at equal depth saved (exit_comparisons), one early_exit.py JSON per seed. python fits.py
+    python fits.py exits EE.json ... --pairs=A<B,... [--measure=relative] [--saved=0.30] [--out=F.json]: Lee et al.'s
+    early-exit comparisons on absolute perplexity at equal depth saved (or on the relative penalty), one early_exit.py
+    JSON per seed (exit_comparisons). python fits.py
     representation R.json ... --model=A --reference=B: Jeddi et al.'s four metrics (representation_evolution).
     python fits.py family NAME=D1,D2,... NAME=... [--margin=M] [--looks=K] --out=F.json: several comparisons of one
     finding, each its per-seed differences, tested together (Holm; TOST with a margin; each p times the looks of a
@@ -1095,7 +1111,8 @@ def main_family(argv, opts):
 TEST_OPTIONS = dict(ttest=dict(looks=int), tost=dict(margin=float, looks=int), holm=dict(looks=int),
                     family=dict(margin=float, looks=int, out=str),
                     elastic=dict(margin=float, out=str), probes=dict(reference=str, out=str),
-                    exits=dict(pairs=str, out=str), representation=dict(model=str, reference=str, out=str))
+                    exits=dict(pairs=str, measure=str, saved=str, out=str),
+                    representation=dict(model=str, reference=str, out=str))
 
 
 def test_options(argv):
@@ -1124,13 +1141,19 @@ def test_options(argv):
 def main_test_files(argv, opts, paths):
     """The commands of main_test that read result JSONs (one per seed)."""
     if argv[0] == "exits":
-        out = exit_comparisons(paths, opts.get("pairs", "Looped<Base,Looped<MoE").split(","))
+        measure = opts.get("measure", "absolute")
+        if measure not in ("absolute", "relative"):
+            raise ConfigError(f"fits.py exits: --measure={measure!r}: absolute (ln perplexity, the paper's) | relative "
+                              "(the penalty in percent of full-depth perplexity)")
+        out = exit_comparisons(paths, opts.get("pairs", "Looped<Base,Looped<MoE").split(","), measure,
+                               opts["saved"].split(",") if "saved" in opts else None)
         out["provenance"] = provenance(paths, ["python", "fits.py"] + list(argv))
         if opts.get("out"):
             with open(opts["out"], "w") as f:
                 json.dump(out, f, indent=1, default=float)
         for name, r in out["comparisons"].items():
-            print(f"{name:28s} per seed {' '.join(f'{d:+.3f}' for d in r['per_seed'])}  mean {r['mean']:+.3f} nats, "
+            unit = "points" if measure == "relative" else "nats"
+            print(f"{name:28s} per seed {' '.join(f'{d:+.3f}' for d in r['per_seed'])}  mean {r['mean']:+.3f} {unit}, "
                   f"p {r['p']:.3f}, Holm {r['holm_p']:.3f}: {r['verdict']}")
         return out
     if argv[0] == "elastic":
