@@ -223,7 +223,7 @@ def test_power_of_delta_phi_simulates_each_design_against_the_real_reference(tmp
     path = tmp_path / "grid.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in cpu_grid_rows()))
     out = fits.main_power(["config/sweeps/isodepth_probes_cpu.py", f"--calibrate={path}", "--trials=2",
-                              "--designs=('rscale_r','moe_r')", "--hold=('alpha','beta')", "--bootstrap=4",
+                              "--designs=('rscale_r','moe_r')", "--hold=('alpha','beta')", "--bootstrap=2",
                               "--restarts=8", r"--only=^(rscale|moe)_r\d_C(3e11|1e12)_d(16|24|32)"])
     assert out["reference_runs"] == 135 and abs(out["noise"] - 0.015) < 0.005  # 27 cells of 5 seeds measure the noise
     assert out["designs"]["rscale_r"]["runs"] == 2 * 2 * 3 * 3  # r = 2, 4; two budgets; three widths; three seeds
