@@ -132,7 +132,8 @@ def test_train_py_in_fp16_learns_saves_its_scaler_and_resumes_bit_for_bit(data_d
     """The GPU's fp16 path on the CPU (autocast fp16, the loss scaler; the CPU fast paths off, as on a GPU): a run
     stopped by SIGTERM after step 5 resumes to the uninterrupted run's losses, its scaler's state restored."""
     run = TRAIN_TINY + data_dir + ["--dtype=float16", "--cpu_kernels=False", "--n_loop=2", "--n_expert=4",
-                                   "--moe_bias_rate=0.001", "--max_iters=12", "--eval_interval=4"]
+                                   "--moe_bias_rate=0.001", "--max_iters=12", "--eval_interval=4",
+                                   "--eval_tokens=512"]  # (evaluations are not what this test checks)
     whole, cut = str(tmp_path / "whole"), str(tmp_path / "cut")
     train.main(run + [f"--out_dir={whole}"])
     ref = losses(whole)
