@@ -214,3 +214,18 @@ def test_every_decimal_in_a_record_is_in_its_json_or_marked(record):
     bad = unsourced(read(path), directory_numbers(path.removesuffix(".md")))
     assert not bad, (f"records/{record}: numbers in no JSON of its directory and not marked as the paper's or a "
                      f"timing (line, number): {bad}")
+
+
+def test_every_command_in_a_record_runs_as_printed():
+    """No placeholder in a record's commands (issue 30: "commands are written to run as printed"): no `...` argument,
+    no <name> to fill in, and every $VARIABLE assigned in the block (or by its for loop) before it is used."""
+    for record in RECORDS:
+        for block in re.findall(r"(?:^    \S[^\n]*\n?)+", read(record), re.M):
+            assigned = set()
+            for line in block.splitlines():
+                command = line.split("  #")[0]
+                assigned |= set(re.findall(r"(?:^|;|\s)(?:for\s+)?([A-Za-z_]\w*)(?:=|\s+in\s)", command))
+                assert not re.search(r"=\.\.\.|<[a-z_]+>|\s\.\.\.(\s|$)", command), f"{record}: {line.strip()}"
+                used = set(re.findall(r"\$\{?([A-Za-z_]\w*)", command))
+                assert used <= assigned, f"{record}: {line.strip()} uses ${sorted(used - assigned)} unassigned"
+
