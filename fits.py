@@ -16,6 +16,7 @@ import glob
 import json
 import math
 import os
+import re
 import shlex
 import sys
 
@@ -1202,6 +1203,7 @@ FIT_KEYS = dict(
     max_loss=float("inf"),  # drop runs whose val_loss exceeds this (diverged; Wang et al. use 4)
     max_lr=float("inf"),  # lr: keep only runs at LRs up to this, so that arms judged together share one grid
     lrs=(),  # keep only runs at these LRs (an earlier, coarser grid of a record); () = all
+    exclude="",  # drop the runs whose point name matches this regex (a record's fit without some cells); "" = none
     group=("n_embd",),  # lr: the fields that define one LR curve (width, n_loop, n_layer ...)
     panel="arch",  # lr: the field that splits curves into panels (e.g. residual_scaling); compare: the arms' field
     reference="",  # lr: the group whose optimal LR is transferred; compare: the arm compared against; "" = the first;
@@ -1230,12 +1232,15 @@ def select_rows(rows, cfg, allow_empty=False):
             continue
         if cfg["lrs"] and not any(math.isclose(field(r, "lr"), lr, rel_tol=1e-3) for lr in cfg["lrs"]):
             continue
+        if cfg["exclude"] and re.search(cfg["exclude"], r.get("point", "")):
+            continue
         if cfg["archs"] and field(r, "arch") not in cfg["archs"]:
             if not (field(r, "arch") == cfg["baseline_arch"] and field(r, "n_loop") == 1):
                 continue
         keep.append(r)
     if not keep and not allow_empty:
-        raise ConfigError("no runs left after the subset keys (archs, budgets, loops, seeds, max_loss, max_lr, lrs); "
+        raise ConfigError("no runs left after the subset keys (archs, budgets, loops, seeds, max_loss, max_lr, lrs, "
+                          "exclude); "
                           "loosen them")
     return keep
 
