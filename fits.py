@@ -1274,6 +1274,7 @@ def fit_results(path, argv, skip_empty=False):
         if not cfg[key] > 0:
             raise ConfigError(f"config error: --{key}={cfg[key]} must be > 0")
     check_out(cfg["out"])
+    check_pattern("exclude", cfg["exclude"])
     rows = select_rows(read_results(path), cfg, allow_empty=skip_empty)
     if not rows:
         return None, []
