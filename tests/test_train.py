@@ -596,6 +596,12 @@ def test_a_signal_to_one_ddp_rank_stops_both_at_the_same_step_and_the_resumed_ru
     assert losses(cut) == losses(two_ranks)  # bit for bit
 
 
+# train.py as __main__, but without the MFU's reference matmul timing (0.75 s of CPU a process; MFU is not tested
+# where this runs), as tests/fsdp_worker.py does
+TRAIN_PY_WITHOUT_MFU_TIMING = ("import runpy, sys, distributed; distributed.peak_flops = lambda *a: 1e12; "
+                               "sys.argv[0] = 'train.py'; runpy.run_path('train.py', run_name='__main__')")
+
+
 def start_ranks(args, n=2):
     """n train.py processes as the ranks of one run, with the environment torchrun gives its workers (gloo)."""
     with socket.socket() as s:  # a free port for the rendezvous
@@ -603,8 +609,9 @@ def start_ranks(args, n=2):
         port = s.getsockname()[1]
     env = dict(os.environ, OMP_NUM_THREADS="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE=str(n),
                LOCAL_WORLD_SIZE=str(n))
-    return [subprocess.Popen([sys.executable, "train.py"] + args, cwd=REPO, text=True, stdout=subprocess.PIPE,
-                             stderr=subprocess.STDOUT, env=dict(env, RANK=str(rank), LOCAL_RANK=str(rank)))
+    return [subprocess.Popen([sys.executable, "-c", TRAIN_PY_WITHOUT_MFU_TIMING] + args, cwd=REPO, text=True,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             env=dict(env, RANK=str(rank), LOCAL_RANK=str(rank)))
             for rank in range(n)]
 
 
