@@ -21,6 +21,7 @@ from checkpoint import load_model
 from model import GPT, GPTConfig
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TRAIN_PY = "tests/train_without_mfu_timing.py"  # train.py less MFU's matmul timing, for the processes tests start
 TINY = ["--n_layer=2", "--n_embd=64", "--head_dim=16", "--block_size=32", "--batch_size=4", "--sample_tokens=0",
         "--eval_tokens=2048", "--log_interval=1"]
 
@@ -201,7 +202,7 @@ def test_resume_after_kill_reproduces_uninterrupted_losses(data_dir, tmp_path, m
     ref, cut = str(tmp_path / "ref"), str(tmp_path / "cut")
     monkeypatch.setattr(train, "peak_flops", lambda *a: 1e12)  # not the matmul timing: MFU is not tested here
     train.main(args + [f"--out_dir={ref}"])
-    proc = subprocess.Popen([sys.executable, "train.py"] + args + [f"--out_dir={cut}"], cwd=REPO,
+    proc = subprocess.Popen([sys.executable, TRAIN_PY] + args + [f"--out_dir={cut}"], cwd=REPO,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 120
     while time.time() < deadline:  # kill -9 once a checkpoint after step 0 exists
@@ -228,7 +229,7 @@ def two_ranks(data_dir, tmp_path_factory):
     two = str(tmp_path_factory.mktemp("two_ranks") / "run")
     env = dict(os.environ, OMP_NUM_THREADS="1")
     res = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                          "train.py"] + TINY + data_dir + DDP_RUN + [f"--out_dir={two}"], cwd=REPO, capture_output=True,
+                          TRAIN_PY] + TINY + data_dir + DDP_RUN + [f"--out_dir={two}"], cwd=REPO, capture_output=True,
                          text=True, env=env)
     assert res.returncode == 0, res.stderr[-3000:]
     return two
@@ -486,7 +487,7 @@ def test_fsdp_resume_after_kill_between_the_renames(fsdp_runs):
     root, data_dir = fsdp_runs
     cut = root / "cut"
     assert not (cut / "ckpt").exists() and (cut / "ckpt.tmp" / ".metadata").exists()
-    res = torchrun(["train.py"] + TINY + data_dir + ["--grad_accum=2", "--eval_tokens=1024", "--max_iters=10",
+    res = torchrun([TRAIN_PY] + TINY + data_dir + ["--grad_accum=2", "--eval_tokens=1024", "--max_iters=10",
                                                      "--eval_interval=5", "--fsdp=True", f"--out_dir={cut}",
                                                      "--resume"])
     assert res.returncode == 0, res.stderr[-3000:]
@@ -596,12 +597,6 @@ def test_a_signal_to_one_ddp_rank_stops_both_at_the_same_step_and_the_resumed_ru
     assert losses(cut) == losses(two_ranks)  # bit for bit
 
 
-# train.py as __main__, but without the MFU's reference matmul timing (0.75 s of CPU a process; MFU is not tested
-# where this runs), as tests/fsdp_worker.py does
-TRAIN_PY_WITHOUT_MFU_TIMING = ("import runpy, sys, distributed; distributed.peak_flops = lambda *a: 1e12; "
-                               "sys.argv[0] = 'train.py'; runpy.run_path('train.py', run_name='__main__')")
-
-
 def start_ranks(args, n=2):
     """n train.py processes as the ranks of one run, with the environment torchrun gives its workers (gloo)."""
     with socket.socket() as s:  # a free port for the rendezvous
@@ -609,9 +604,8 @@ def start_ranks(args, n=2):
         port = s.getsockname()[1]
     env = dict(os.environ, OMP_NUM_THREADS="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE=str(n),
                LOCAL_WORLD_SIZE=str(n))
-    return [subprocess.Popen([sys.executable, "-c", TRAIN_PY_WITHOUT_MFU_TIMING] + args, cwd=REPO, text=True,
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                             env=dict(env, RANK=str(rank), LOCAL_RANK=str(rank)))
+    return [subprocess.Popen([sys.executable, TRAIN_PY] + args, cwd=REPO, text=True, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, env=dict(env, RANK=str(rank), LOCAL_RANK=str(rank)))
             for rank in range(n)]
 
 
