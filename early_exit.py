@@ -892,6 +892,14 @@ def save_figure(fig, path):
     plt.close(fig)
 
 
+def run_provenance(runs, script, argv):
+    """What a study's JSON names so that it regenerates (records/README.md): its command, the code's commit and the
+    sha256 of each checkpoint it read."""
+    from checkpoint import checkpoint_of
+    from sweep import provenance
+    return provenance([checkpoint_of(path) for _, path, _, _ in runs], ["python", script] + list(argv))
+
+
 def write_json(path, obj):
     def clean(o):
         if isinstance(o, float) and not math.isfinite(o):
@@ -933,6 +941,7 @@ def redraw_study(path):
 
 def main(argv=None):
     from configurator import configure
+    argv = sys.argv[1:] if argv is None else list(argv)
     # the command-line keys are the lower-case simple globals above (constants are upper case)
     defaults = {k: v for k, v in globals().items() if k.islower() and not k.startswith("_")}
     cfg, _ = configure(defaults, None, argv, doc_source=__file__,
@@ -958,7 +967,8 @@ def main(argv=None):
                 results[name] = elastic_study(model, batches, cfg["budget"], sched)
             else:
                 results[name] = bench_one(cfg, model, batches, data, crits[0] if crits else "entropy")
-    meta = dict(config=cfg, tokens=sum(x.numel() for x, _ in batches), block_size=T)
+    meta = dict(config=cfg, tokens=sum(x.numel() for x, _ in batches), block_size=T,
+                provenance=run_provenance(runs, "early_exit.py", argv))
     write_json(prefix + ".json", dict(meta=meta, results=results))
     if cfg["mode"] == "exit":
         print_table(results, "saved_depth")

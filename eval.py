@@ -1029,6 +1029,7 @@ def redraw_eval(path):
 
 def main(argv=None):
     from configurator import configure
+    argv = sys.argv[1:] if argv is None else list(argv)
     defaults = {k: v for k, v in globals().items() if k.islower() and not k.startswith("_")}
     cfg, _ = configure(defaults, None, argv, doc_source=__file__,
                        choices=dict(criterion=early_exit.decode_criteria(), exit_fill=early_exit.FILLS,
@@ -1067,7 +1068,8 @@ def main(argv=None):
     results = {name: evaluate_run(name, path, model, state, depths[name], plan, items, texts, cfg, auto)
                for name, path, model, state in runs}
     full_plan = plan + [(f"ppl_{text_label(t)}", 0, "perplexity", f"ppl_{text_label(t)}", "") for t in texts]
-    early_exit.write_json(prefix + ".json", dict(config=cfg, plan=full_plan, results=results))
+    early_exit.write_json(prefix + ".json", dict(config=cfg, plan=full_plan, results=results,
+                                                 provenance=early_exit.run_provenance(runs, "eval.py", argv)))
     print_table(results, full_plan)
     plot(results, full_plan, prefix + ".png")
     print(f"\nwrote {prefix}.json and {prefix}.png")

@@ -17,14 +17,13 @@ import json
 import math
 import os
 import re
-import shlex
 import sys
 
 import numpy as np
 import scipy.optimize
 
 from configurator import ConfigError
-from sweep import check_pattern, load_spec, plan, read_results
+from sweep import check_pattern, load_spec, plan, provenance, read_results
 
 # -----------------------------------------------------------------------------------------------------------------
 # scaling-law fits (numpy/scipy only)
@@ -989,14 +988,6 @@ def representation_evolution(path, model, reference):
                                                                                    "prompt_entropy")})
     a, b = moves(pick(model)), moves(pick(reference))
     return {k: a[k] - b[k] for k in a}
-
-
-def provenance(inputs, command):
-    """What a committed result JSON names so that it regenerates: the command (quoted to run as printed in a shell),
-    the code's commit and each input file's sha256 (records/README.md)."""
-    from sweep import file_sha256, git_revision
-    return dict(command=shlex.join(command), code=git_revision(os.path.dirname(os.path.abspath(__file__))),
-                inputs={p: file_sha256(p) for p in inputs})
 
 
 def _family(per_seed, margin=None):

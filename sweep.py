@@ -218,8 +218,24 @@ def uncommitted(root, untracked="all"):
 
 
 def file_sha256(path):
-    with open(path, "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()
+    """The sha256 of a file; of a directory (a sharded checkpoint), of its files' names and bytes in sorted order."""
+    digest = hashlib.sha256()
+    files = [path] if not os.path.isdir(path) else sorted(
+        os.path.join(d, f) for d, _, names in os.walk(path) for f in names)
+    for name in files:
+        if os.path.isdir(path):
+            digest.update(os.path.relpath(name, path).encode())
+        with open(name, "rb") as f:
+            digest.update(f.read())
+    return digest.hexdigest()
+
+
+def provenance(inputs, command):
+    """What a committed result JSON names so that it regenerates (records/README.md): the command, quoted to run as
+    printed in a shell, the code's commit (HEAD, '+dirty' when tracked files differ) and each input's sha256."""
+    import shlex
+    return dict(command=shlex.join(command), code=git_revision(os.path.dirname(os.path.abspath(__file__))),
+                inputs={p: file_sha256(p) for p in inputs})
 
 
 def sweep_dir(spec):

@@ -211,6 +211,18 @@ def test_dtype_and_threads_keys(tmp_path, looped_ckpt):
     assert [x["mean"] for x in b["layers"]] == pytest.approx([x["mean"] for x in a["layers"]], abs=0.05)
 
 
+def test_an_analysis_json_names_its_command_commit_and_checkpoints(tmp_path, looped_ckpt):
+    """An analysis that may feed a verdict names what regenerates it (records/README.md): the command as run, the
+    code's commit and the sha256 of each checkpoint read (early_exit.py's and eval.py's JSONs too, tested there)."""
+    from sweep import file_sha256
+    run("jsd", tmp_path, f"--ckpt={looped_ckpt}")
+    prov = json.loads((tmp_path / "out" / "jsd.json").read_text())["provenance"]
+    ckpt = os.path.join(looped_ckpt, "ckpt.pt")
+    assert prov["command"].startswith("python analyze.py jsd --out_dir=")
+    assert prov["inputs"] == {ckpt: file_sha256(ckpt)}
+    assert len(prov["code"].removesuffix("+dirty")) == 40
+
+
 def test_jsd_looped_has_boundaries(tmp_path, looped_ckpt):
     r = run("jsd", tmp_path, f"--ckpt={looped_ckpt}")
     layers = next(iter(r.values()))["layers"]

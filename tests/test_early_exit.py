@@ -567,6 +567,10 @@ def test_command_line_writes_json_png_and_table(tmp_path, capsys):
     assert "A [entropy]" in printed and "B [change]" in printed and "30%" in printed
     res = json.load(open(f"{out}/early_exit_exit.json"))["results"]
     assert set(res) == {"A", "B", "C"} and res["A"]["tokens"] == 1024
+    prov = json.load(open(f"{out}/early_exit_exit.json"))["meta"]["provenance"]  # what regenerates the study
+    from sweep import file_sha256
+    assert prov["command"].startswith("python early_exit.py --ckpt=") and len(prov["code"].removesuffix("+dirty")) == 40
+    assert prov["inputs"] == {os.path.join(r, "ckpt.pt"): file_sha256(os.path.join(r, "ckpt.pt")) for r in runs}
     assert os.path.getsize(f"{out}/early_exit_exit.png") > 1000
     with pytest.raises(SystemExit, match="criterion"):
         ee.main([f"--ckpt={runs[0]}", "--criteria=entropie"])

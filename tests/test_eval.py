@@ -487,6 +487,10 @@ def test_command_line_writes_every_depth_setting(tmp_path):
                    f"--data_dir={FIXTURES}", "--limit=3", "--loops=1,3", "--exit_tau=3", f"--out_dir={out}",
                    "--progress=False"])
     saved = json.load(open(f"{out}/eval.json"))
+    from sweep import file_sha256  # the evaluation names what regenerates it: command, commit, checkpoint sha256
+    ckpt = os.path.join(str(tmp_path), "ckpt.pt")
+    assert saved["provenance"]["command"].startswith("python eval.py --ckpt=")
+    assert saved["provenance"]["inputs"] == {ckpt: file_sha256(ckpt)}
     settings = list(saved["results"][tmp_path.name])
     assert settings == ["loops=2 (trained)", "loops=1", "loops=3", "exit entropy<3"]
     flops = [res[tmp_path.name][s]["tasks"]["arc_easy"]["flops_per_token"] for s in settings]
