@@ -17,6 +17,7 @@ import math
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 
@@ -93,6 +94,41 @@ def test_every_figure_json_names_the_rows_it_fitted_at_their_committed_sha():
             assert is_ancestor(prov["code"].removesuffix("+dirty"))
             checked += 1
     assert checked >= 10
+
+
+def study_provenance_errors(root):
+    """What is wrong with the study JSONs (early_exit.py, analyze.py, eval.py) under root/records: one without its
+    provenance that is not grandfathered at its committed bytes, or one whose code is not in main's history."""
+    with open(os.path.join(root, "records", "grandfathered_studies.json")) as f:
+        old = json.load(f)["files"]
+    errors, seen = [], set()
+    for path in sorted(glob.glob(os.path.join(root, "records", "*", "*.json"))):
+        doc = json.loads(read(path))
+        doc = doc if isinstance(doc, dict) else {}
+        written_by_a_study = "analysis" in doc or "results" in doc and ("meta" in doc or "config" in doc)
+        if not written_by_a_study:
+            continue
+        name = os.path.relpath(path, root)
+        prov = doc.get("provenance") or (doc.get("meta") or {}).get("provenance")
+        if prov is None:
+            seen.add(name)
+            if old.get(name) != file_sha256(path):
+                errors.append(f"{name}: a study JSON without its provenance (command, commit, checkpoints' sha256)")
+        elif not is_ancestor(prov["code"].removesuffix("+dirty")):
+            errors.append(f"{name}: written by {prov['code']}, not in main's history")
+    errors += [f"{name}: grandfathered but gone" for name in sorted(set(old) - seen)]
+    return errors
+
+
+def test_every_study_json_names_its_provenance_or_is_grandfathered(tmp_path):
+    assert study_provenance_errors(ROOT) == []
+    # planted: a new study JSON without provenance, and a grandfathered one edited
+    shutil.copytree(os.path.join(ROOT, "records"), tmp_path / "records")
+    (tmp_path / "records" / "lee2026" / "new_study.json").write_text(json.dumps(dict(analysis="jsd", result={})))
+    with open(tmp_path / "records" / "lee2026" / "jsd_s7.json", "a") as f:
+        f.write(" ")
+    assert [e.split(":")[0] for e in study_provenance_errors(tmp_path)] == ["records/lee2026/jsd_s7.json",
+                                                                              "records/lee2026/new_study.json"]
 
 
 # ---- every decimal number in a record's prose comes from its JSON or is marked ----
