@@ -535,8 +535,8 @@ def ensure_data(data_dir=None, source="offline", tokenizer="gpt2", text_column="
 
 
 META_KEYS = ("tokenizer", "vocab_size", "eot", "dtype", "train_tokens", "val_tokens")  # what reading the data needs
-# Token files up to this size (train.bin and val.bin together) are checked against meta.json's sha256 at every start:
-# sha256 reads ~1.4 GB/s on one core (hashlib, SHA-NI), so at most ~0.2 s; larger ones with verify=True. sha256,
+# Token files up to this size (train.bin and val.bin together) are checked against meta.json's sha256 at every start
+# (hashlib's sha256 reads them in a fraction of a second on one core); larger ones with verify=True. sha256,
 # not a faster CRC: the digest `sha256sum train.bin` prints, as the repository's other file hashes, and a file
 # swapped for another of the same size (another preparation) is told apart, not only flipped bits.
 CHECKSUM_MAX_BYTES = 256 << 20
