@@ -265,3 +265,13 @@ def test_every_command_in_a_record_runs_as_printed():
                 used = set(re.findall(r"\$\{?([A-Za-z_]\w*)", command))
                 assert used <= assigned, f"{record}: {line.strip()} uses ${sorted(used - assigned)} unassigned"
 
+
+
+def test_the_readme_verdict_table_prints_only_its_records_numbers():
+    """The README's table of verdicts repeats the records' numbers: each row's are checked against its record's
+    directory as the record's own prose is."""
+    rows = re.findall(r"^(\|.*\| \[(\w+2026)\]\(records/\2\.md\) \|)$", read(os.path.join(ROOT, "README.md")), re.M)
+    assert len(rows) >= 15
+    for row, record in rows:
+        shown = directory_numbers(os.path.join(ROOT, "records", record))
+        assert unsourced("| finding | paper | verdict | record |\n" + row + "\n", shown) == [], row[:80]
