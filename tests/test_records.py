@@ -11,6 +11,7 @@
   mathematical constant (`<!-- math: N ... -->`: a critical t, ln 256), a reference (arXiv id, §, Fig., Table),
   or arithmetic on sourced numbers (`<!-- derived: N = EXPR -->`, checked). A number typed from nowhere fails.
 """
+import functools
 import glob
 import json
 import math
@@ -181,6 +182,7 @@ def json_numbers(obj):
     return []
 
 
+@functools.lru_cache(maxsize=None)
 def directory_numbers(directory):
     """The numbers of a record directory's JSON and JSON-lines files, each as text at 0-6 decimals."""
     shown = set()
