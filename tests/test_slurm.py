@@ -209,6 +209,7 @@ def test_a_slurm_sweep_with_a_preempted_point_ends_with_the_local_sweeps_rows(tm
     data.ensure_data(tokens, source, "byte")  # prepared once, before two runs at once read it
     spec = tiny_spec(tmp_path, sample_tokens=0, eval_tokens=2048, log_interval=1, max_iters=150, eval_interval=50,
                      data_source=source, data_dir=tokens)
+    spec["runner"] = [sys.executable, "tests/train_without_mfu_timing.py"]  # train.py less MFU's matmul timing
     sweep.run_sweep(spec, parallel=2)
     local = without_times(sweep.read_results(str(tmp_path / "sweep" / "results.jsonl")))
     os.rename(tmp_path / "sweep", tmp_path / "local")  # the same run directories again, for the same commands
