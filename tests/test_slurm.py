@@ -207,8 +207,8 @@ def test_a_slurm_sweep_with_a_preempted_point_ends_with_the_local_sweeps_rows(tm
         (corpus / f"doc{i}.txt").write_text(text[i * 3000:(i + 1) * 3000 + 20000])
     source, tokens = f"files:{corpus}/*.txt", str(tmp_path / "tokens")
     data.ensure_data(tokens, source, "byte")  # prepared once, before two runs at once read it
-    spec = tiny_spec(tmp_path, sample_tokens=0, eval_tokens=2048, log_interval=1, max_iters=150, eval_interval=50,
-                     data_source=source, data_dir=tokens)
+    spec = tiny_spec(tmp_path, sample_tokens=0, eval_tokens=512, log_interval=1, max_iters=80, eval_interval=40,
+                     data_source=source, data_dir=tokens)  # (the preemption lands at step 0 or 1 of 80)
     spec["runner"] = [sys.executable, "tests/train_without_mfu_timing.py"]  # train.py less MFU's matmul timing
     sweep.run_sweep(spec, parallel=2)
     local = without_times(sweep.read_results(str(tmp_path / "sweep" / "results.jsonl")))
