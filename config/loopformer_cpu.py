@@ -15,10 +15,10 @@ mup = False
 proj_init = "gpt2"  # c_proj N(0, 0.02^2/(2*n_layer)), as the released code
 loop_cond = "loopformer"
 # The paper trains every parameter at one LR (6e-4 at d=2048). At this preset's 3e-3 the adaLN gates and scales grow
-# to |alpha| ~ 10 within 300 steps and the model stalls near 3 nats (the plain loop: 2.3): a pass's conditioning is
-# one vector for every token, so Adam moves the modulator outputs ~100x faster than a norm gain. A tenth of the LR on
-# the conditioning keeps the gates small and the model training (2.39 vs 2.32 at 300 steps; 0.3 still blows up), though
-# 0.19 nats behind the plain loop after 800 steps (records/jeddi2026.md); --cond_lr_scale=1 is the paper's.
+# large within a few hundred steps and the model stalls: a pass's conditioning is one vector for every token, so Adam
+# moves the modulator outputs far faster than a norm gain. A tenth of the LR on the conditioning keeps the gates small
+# and the model training (records/jeddi2026.md, the diagnostic config/sweeps/cond_lr_cpu.py); --cond_lr_scale=1 is
+# the paper's.
 cond_lr_scale = 0.1
 elastic = "shortcut"
 trajectory_sampler = "uniform"  # the paper's (§3.3); the README's CPU checkpoints were trained with "greedy"
