@@ -1,8 +1,8 @@
 """Every number a record prints regenerates (records/README.md; issue 30, part 3).
 
 - A generated block (records.py) equals the table its JSON draws; the JSON names its command, the code's commit (an
-  ancestor of HEAD) and its inputs' sha256 (the committed files' own), and the fast commands (fits.py's tests, a
-  second each) rerun to the same numbers.
+  ancestor of HEAD) and its inputs' sha256 (the committed files' own), and its command (fits.py's tests, a
+  comparison of arms by scaling.py fit: a second each) reruns to the same numbers.
 - Every figure JSON `scaling.py figures` writes names the rows it fitted, at their committed sha256.
 - Every decimal number in a record's prose is a value of a JSON (or JSON-lines rows) file in the record's own
   directory, at the precision printed (a fraction also in percent, on a line that has a %; 2.38M is 2.38e6, also
@@ -70,10 +70,15 @@ def test_a_block_json_names_its_inputs_and_commit_and_its_command_regenerates_it
         assert file_sha256(source) == sha, f"{path}: its input {source} changed since it was written: rerun its command"
     assert is_ancestor(prov["code"].removesuffix("+dirty")), f"{path}: {prov['code']} is not in main's history"
     argv = shlex.split(prov["command"])
-    assert argv[:2] == ["python", "fits.py"] and f"--out={path}" in argv
     import fits
     out = tmp_path / "again.json"
-    fits.main_test([a if a != f"--out={path}" else f"--out={out}" for a in argv[2:]])
+    if argv[:3] == ["python", "scaling.py", "fit"]:  # a fit (a comparison of arms: a second)
+        out_arg = f"--out={path.removesuffix('.json')}"
+        assert out_arg in argv, f"{path}: its command writes elsewhere"
+        fits.fit_results(argv[3], [a if a != out_arg else f"--out={tmp_path / 'again'}" for a in argv[4:]])
+    else:
+        assert argv[:2] == ["python", "fits.py"] and f"--out={path}" in argv
+        fits.main_test([a if a != f"--out={path}" else f"--out={out}" for a in argv[2:]])
     again = json.loads(out.read_text())
     again.pop("provenance"), committed.pop("provenance")
     assert json.dumps(again, sort_keys=True) == json.dumps(committed, sort_keys=True)
