@@ -5,6 +5,7 @@ import glob
 import json
 import math
 import os
+import re
 import sys
 
 import numpy as np
@@ -547,7 +548,11 @@ def record_figures():
             continue
         with open(path) as f:
             numbers = json.load(f)
-        if {"reference", "metric", "arms"} <= set(numbers):
+        command = numbers.get("provenance", {}).get("command", "") if isinstance(numbers, dict) else ""
+        if command.startswith("python scaling.py fit "):  # the fit's law is in the command that wrote it
+            law = re.search(r"--law=(\w+)", command)
+            found.append((law.group(1) if law else "isoflop", path))
+        elif {"reference", "metric", "arms"} <= set(numbers):
             found.append(("compare", path))
         elif numbers and all(isinstance(v, dict) and "delta_phi" in v for v in numbers.values()):
             found.append(("delta_phi", path))
@@ -582,6 +587,7 @@ def test_record_figures_show_their_numbers_readably(law, path, monkeypatch):
     where the JSON holds several training seeds their spread is drawn (a band or error bars)."""
     with open(path) as f:
         numbers = json.load(f)
+    numbers.pop("provenance", None)  # what regenerates it (tests/test_records.py), not drawn
     plot = {"compare": figures.plot_compare, "isoflop": figures.plot_isoflop, "lr": figures.plot_lr,
             "delta_phi": figures.plot_delta_phi, "joint": figures.plot_joint}[law]
     drawn = capture(monkeypatch, write=False)
