@@ -1001,19 +1001,14 @@ def _family(per_seed, margin=None):
 
 
 def main_test(argv):
-    """python fits.py ttest D1 D2 ... | tost --margin=M D1 D2 ... | holm P1 P2 ...: the standard's tests for the
-    per-seed differences (or the p-values of one family) given; --looks=K for a sequential design's threshold.
-    python fits.py elastic LOOPFORMER.json PLAIN.json [...one pair per seed] [--margin=M] | probes EVAL.json ...
-    --reference=MODEL: the per-seed numbers of Jeddi et al.'s Table 1 or Chen et al.'s probes from the records'
-    JSONs, and the tests of their family (TOST within the margin for "matches the model trained at M").
-    python fits.py exits EE.json ... --pairs=A<B,... [--measure=relative] [--saved=0.30] [--out=F.json]: Lee et al.'s
-    early-exit comparisons on absolute perplexity at equal depth saved (or on the relative penalty), one early_exit.py
-    JSON per seed (exit_comparisons). python fits.py
-    representation R.json ... --model=A --reference=B: Jeddi et al.'s four metrics (representation_evolution).
-    python fits.py family NAME=D1,D2,... NAME=... [--margin=M] [--looks=K] --out=F.json: several comparisons of one
-    finding, each its per-seed differences, tested together (Holm; TOST with a margin; each p times the looks of a
-    sequential design before Holm).
-    --out=F.json: family, elastic, probes, representation and exits also write their result with its provenance."""
+    """The standard's tests (records/README.md). python fits.py ttest|tost --margin=M|holm VALUE ...: one comparison's
+    per-seed differences (holm: one family's p-values); --looks=K: a sequential design's threshold. python fits.py
+    family NAME=D1,D2,... (NAME@LOOKS=...) ...: several comparisons of one finding, Holm over them (TOST with
+    --margin). From the records' JSONs, one per seed: elastic LOOPFORMER.json PLAIN.json ... [--margin=M] (Jeddi et
+    al.'s Table 1), probes EVAL.json ... --reference=MODEL (Chen et al.'s probes), exits EE.json ... --pairs=A<B,...
+    [--measure=relative] [--saved=0.30] (Lee et al.'s early exits, exit_comparisons), representation R.json ...
+    --model=A --reference=B (Jeddi et al.'s four metrics). --out=F.json: all but ttest|tost|holm write their result
+    with its provenance."""
     if not argv or argv[0] not in TEST_OPTIONS:
         raise ConfigError("usage: python fits.py ttest|tost|holm VALUE ... [--margin=M] [--looks=K] | "
                           "family NAME=D1,D2,... ... [--margin=M] [--looks=K] [--out=F.json] | "
