@@ -77,6 +77,9 @@ def regenerate(text):
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in ("-h", "--help"):
+        print(__doc__)
+        return 0
     check = argv == ["--check"]
     if argv and not check:
         print("usage: python records.py [--check]", file=sys.stderr)
