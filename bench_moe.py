@@ -60,7 +60,7 @@ def make_steps(model, dtype, dev):
     forward + backward alone (the dispatch cost, without the optimizer's cost of the extra stored experts)."""
     V = model.config.vocab_size
     idx = torch.randint(0, V, (cfg["batch_size"], cfg["seq_len"] + 1), device=dev)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)  # fused: one kernel for all parameters, as train.py
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)  # fused: one kernel for all, as train.py
     ctx = nullcontext() if dtype == torch.float32 else torch.autocast(dev.type, dtype=dtype)
 
     def fwd_bwd():

@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 
 import kernels
-from configurator import ConfigError
+from configurator import EXIT_RESUMABLE, ConfigError  # noqa: F401 (EXIT_RESUMABLE: the exit code of a stopped run)
 from distributed import read_scalars, weights_finite
 from model import GPT, GPTConfig
 
@@ -189,7 +189,6 @@ def lock_run_dir(out):
 
 # a run stopped by one of these saves a checkpoint to resume from, then exits with EXIT_RESUMABLE
 STOP_SIGNALS = ("SIGINT", "SIGTERM", "SIGUSR1", "SIGUSR2")  # Ctrl-C, schedulers and `timeout`, Slurm's warnings
-EXIT_RESUMABLE = 75  # EX_TEMPFAIL: the run is not done, --resume continues it (a scheduler may requeue it)
 
 
 class SignalStop:

@@ -35,6 +35,17 @@ class ConfigError(SystemExit):
     """Raised (as a SystemExit with a readable message) for any bad config input."""
 
 
+# A run stopped by a signal saves and exits with this code (checkpoint.py): it is not done, --resume continues it (a
+# scheduler may requeue it). Here, in the light module every script imports, so that sweep.py's jobs read it
+# without importing torch.
+EXIT_RESUMABLE = 75  # EX_TEMPFAIL
+
+
+def cli_arg(key, value):
+    """--key=value as the configurator reads it (strings raw, everything else as a Python literal)."""
+    return f"--{key}={value}" if isinstance(value, str) else f"--{key}={value!r}"
+
+
 def run(main, *args):
     """Run a script's main(); bad input (a ConfigError) ends it with its one line on stderr and exit code 2."""
     try:

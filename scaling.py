@@ -233,11 +233,6 @@ def tokens_for_budget(flops_budget, model, convention="lee", seq_len=None):
     return flops_budget / flops_per_token(model, convention, seq_len)
 
 
-def cli_arg(key, value):
-    """--key=value as the configurator reads it (strings raw, everything else as a Python literal)."""
-    return f"--{key}={value}" if isinstance(value, str) else f"--{key}={value!r}"
-
-
 def train_defaults():
     """train.py's own keys and their defaults (its module-level settings, as its main() reads them): `count` accepts
     them, and sweep.py's planner parses a point exactly as train.py will (and stops on a bad key before any run

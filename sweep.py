@@ -65,10 +65,8 @@ from collections import namedtuple
 
 import numpy as np
 
-from checkpoint import EXIT_RESUMABLE  # a run stopped by a signal, saved: --resume continues it
-from configurator import ConfigError
+from configurator import EXIT_RESUMABLE, ConfigError, cli_arg  # (light: a Slurm job imports this file without torch)
 from data import TOKENIZER_VOCAB, json_lines  # a named tokenizer sets the vocabulary (data.training_vocab)
-from scaling import cli_arg, count_params, flops_per_token, model_on_meta, train_defaults
 
 TRAIN_PY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "train.py")  # describes the keys
 ROW_FIELDS = ("arch", "n_embd", "n_layer", "n_loop", "lr", "flops_budget", "seed")
@@ -126,6 +124,7 @@ def point_settings(spec, point):
     point's overrides, parsed as train.py parses them. The vocabulary follows the tokenizer, as in train.py."""
     from configurator import configure
     from model import GPTConfig
+    from scaling import train_defaults
     import train as train_py
     argv = list(point.configs) + [cli_arg(k, v) for k, v in {**spec.get("common", {}), **point.overrides}.items()]
     train, model_cfg = configure(train_defaults(), GPTConfig, argv, doc_source=TRAIN_PY, choices=train_py._CHOICES)
@@ -139,6 +138,7 @@ def point_settings(spec, point):
 def plan(spec, only=""):
     """Every point (whose name matches the regular expression `only`) with its accounting: parameters, FLOPs per
     token, steps and tokens as train.py will compute them (steps = round(C / (F * tokens per step)), at least 1)."""
+    from scaling import count_params, flops_per_token, model_on_meta
     rows = []
     for p in (p for p in grid_points(spec) if re.search(only, p.name)):
         train, model_cfg = point_settings(spec, p)

@@ -691,7 +691,8 @@ def test_execution_counts_for_accounting():
 def preset(name, **overrides):
     """GPTConfig of config/<name>.py plus overrides, read as train.py reads it."""
     from configurator import configure
-    from scaling import cli_arg, train_defaults
+    from configurator import cli_arg
+    from scaling import train_defaults
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     argv = [os.path.join(root, "config", name + ".py")] + [cli_arg(k, v) for k, v in overrides.items()]
     return configure(train_defaults(), GPTConfig, argv)[1]

@@ -15,7 +15,7 @@ sys.path.insert(0, ROOT)
 import kernels  # noqa: E402
 import scaling  # noqa: E402
 import sweep  # noqa: E402
-from configurator import configure  # noqa: E402
+from configurator import cli_arg, configure  # noqa: E402
 from model import GPT, GPTConfig  # noqa: E402
 
 # -----------------------------------------------------------------------------------------------------------------
@@ -34,7 +34,7 @@ def one_torch_thread():
 
 def preset(name, **overrides):
     """GPTConfig from config/<name>.py plus overrides, read the way every script reads it."""
-    argv = [os.path.join(ROOT, "config", name + ".py")] + [scaling.cli_arg(k, v) for k, v in overrides.items()]
+    argv = [os.path.join(ROOT, "config", name + ".py")] + [cli_arg(k, v) for k, v in overrides.items()]
     cwd = os.getcwd()
     os.chdir(ROOT)
     try:
