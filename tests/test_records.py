@@ -282,3 +282,20 @@ def test_the_readme_verdict_table_prints_only_its_records_numbers():
     for row, record in rows:
         shown = directory_numbers(os.path.join(ROOT, "records", record))
         assert unsourced("| finding | paper | verdict | record |\n" + row + "\n", shown) == [], row[:80]
+
+
+def test_the_typed_per_seed_delta_phi_are_the_committed_per_seed_fits():
+    """Schwethelm et al.'s Δφ family is typed into its `fits.py family` command from 20 per-seed fits; each is
+    committed (records/schwethelm2026/delta_phi_seeds/, with its command and the rows' sha256) and equals, to the
+    4 decimals typed, the number the family tested (seeds in the record's order 1337 / 7 / 42 / 3 / 5)."""
+    folder = os.path.join(ROOT, "records", "schwethelm2026", "delta_phi_seeds")
+    family = json.loads(read(os.path.join(ROOT, "records", "schwethelm2026", "delta_phi_per_seed.json")))
+    rows = os.path.join("records", "schwethelm2026", "isodepth_cpu.jsonl")
+    for design, result in family.items():
+        if design == "provenance":
+            continue
+        fits_ = [json.loads(read(os.path.join(folder, f"{design}_s{seed}.json")))
+                 for seed in (1337, 7, 42, 3, 5)[:len(result["per_seed"])]]
+        assert [round(f[design]["delta_phi"], 4) for f in fits_] == result["per_seed"], design
+        for f in fits_:
+            assert f["provenance"]["inputs"] == {rows: file_sha256(os.path.join(ROOT, rows))}
