@@ -1216,7 +1216,8 @@ def select_rows(rows, cfg, allow_empty=False):
             continue
         if field(r, "lr") is not None and field(r, "lr") > cfg["max_lr"] * (1 + 1e-9):
             continue
-        if cfg["lrs"] and not any(math.isclose(field(r, "lr"), lr, rel_tol=1e-3) for lr in cfg["lrs"]):
+        if cfg["lrs"] and (field(r, "lr") is None
+                           or not any(math.isclose(field(r, "lr"), lr, rel_tol=1e-3) for lr in cfg["lrs"])):
             continue
         if cfg["exclude"] and re.search(cfg["exclude"], r.get("point", "")):
             continue
@@ -1226,8 +1227,7 @@ def select_rows(rows, cfg, allow_empty=False):
         keep.append(r)
     if not keep and not allow_empty:
         raise ConfigError("no runs left after the subset keys (archs, budgets, loops, seeds, max_loss, max_lr, lrs, "
-                          "exclude); "
-                          "loosen them")
+                          "exclude); loosen them")
     return keep
 
 

@@ -749,6 +749,51 @@ def test_exit_comparisons_find_a_planted_ordering_and_name_their_inputs(tmp_path
     assert "A<B@0.30" in capsys.readouterr().out
 
 
+def test_exit_comparisons_on_relative_penalties_and_against_the_nearest_schedule(tmp_path):
+    """fits.py exits --measure=relative: the difference of the relative penalties 100 (ppl/ppl_full - 1), worked by
+    hand; B@nearest picks, per seed, the B@... model whose full-depth perplexity is nearest A's."""
+    paths = []
+    for seed, (full_a, pen_a) in enumerate(((6.0, 0.10), (6.5, 0.12))):
+        models = {"A": (full_a, pen_a), "B@100": (8.0, 0.02), "B@400": (6.1, 0.05)}
+        table = {m: {s: f * (1 + p * float(s) / 0.3) for s in ("0.05", "0.10", "0.20", "0.30")}
+                 for m, (f, p) in models.items()}
+        results = {m: {"full_ppl": models[m][0], "criteria": {"entropy": {"table_saved_depth": t}}}
+                   for m, t in table.items()}
+        paths.append(str(tmp_path / f"ee_s{seed}.json"))
+        json.dump({"results": results}, open(paths[-1], "w"))
+    out = fits.exit_comparisons(paths, ["A<B@400", "A<B@nearest"], "relative", ["0.30"])["comparisons"]
+    assert out["A<B@400@0.30"]["per_seed"] == pytest.approx([10 - 5, 12 - 5])  # percentage points
+    assert out["A<B@nearest@0.30"]["per_seed"] == pytest.approx([10 - 5, 12 - 5])  # 6.1 is nearest 6.0 and 6.5
+    with pytest.raises(SystemExit, match="--measure='lower'"):
+        fits.main_test(["exits", *paths, "--pairs=A<B@400", "--measure=lower"])
+
+
+def test_family_tests_typed_per_seed_numbers_with_their_looks(tmp_path):
+    """fits.py family: each comparison's paired t-test, its p times its looks (NAME@LOOKS=) into Holm over the
+    family, worked by hand from paired_t_test; the JSON names the command; bad comparisons are one line each."""
+    out = tmp_path / "f.json"
+    res = fits.main_test(["family", "a@3=1,2,3", "b=-0.1,-0.3,-0.2,-0.25", f"--out={out}"])
+    pa, pb = fits.paired_t_test([1, 2, 3])["p"], fits.paired_t_test([-0.1, -0.3, -0.2, -0.25])["p"]
+    assert res["a"]["looks"] == 3 and res["a"]["p_times_looks"] == pytest.approx(3 * pa)
+    assert res["a"]["threshold"] == pytest.approx(0.05 / 3) and "looks" not in res["b"]
+    assert [res["a"]["holm_p"], res["b"]["holm_p"]] == pytest.approx(fits.holm([3 * pa, pb]))
+    assert res["b"]["verdict"] == ("lower" if res["b"]["holm_p"] < 0.05 else "inconclusive")
+    assert json.loads(out.read_text())["provenance"]["command"].startswith("python fits.py family a@3=1,2,3 ")
+    for bad in ("a=1", "a@0=1,2", "=1,2", "a=x,y", "a@k=1,2"):
+        with pytest.raises(SystemExit, match="NAME=D1,D2"):
+            fits.main_test(["family", bad])
+
+
+def test_fit_subset_keys_lrs_and_exclude():
+    """--lrs keeps an earlier grid's LRs (the last bit of an LR aside); --exclude drops runs by point name."""
+    rows = [dict(point=f"r1_C3e11_d{d}", arch="r1", n_loop=1, val_loss=2.0, seed=1, lr=lr)
+            for d in (16, 48) for lr in (1e-3, 1.4142e-3, 2e-3)]
+    kept = fits.select_rows(rows, dict(fits.FIT_KEYS, lrs=(0.001, 0.002)))
+    assert sorted({r["lr"] for r in kept}) == [1e-3, 2e-3]
+    assert {r["point"] for r in fits.select_rows(rows, dict(fits.FIT_KEYS, exclude="_C3e11_d48"))} == {"r1_C3e11_d16"}
+    assert fits.select_rows([dict(rows[0], lr=None)], dict(fits.FIT_KEYS, lrs=(0.001,)), allow_empty=True) == []
+
+
 def test_representation_evolution_reads_a_planted_moving_and_a_flat_model(tmp_path):
     """fits.py representation: a model whose four metrics move across its steps against a flat reference gives the
     planted differences (1 - CKA first/last, ranges), positive; the family's t-tests see them in every seed."""
