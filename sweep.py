@@ -55,6 +55,7 @@ import itertools
 import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -226,14 +227,14 @@ def file_sha256(path):
         if os.path.isdir(path):
             digest.update(os.path.relpath(name, path).encode())
         with open(name, "rb") as f:
-            digest.update(f.read())
+            for block in iter(lambda: f.read(1 << 20), b""):  # in blocks: a checkpoint may be larger than memory
+                digest.update(block)
     return digest.hexdigest()
 
 
 def provenance(inputs, command):
     """What a committed result JSON names so that it regenerates (records/README.md): the command, quoted to run as
     printed in a shell, the code's commit (HEAD, '+dirty' when tracked files differ) and each input's sha256."""
-    import shlex
     return dict(command=shlex.join(command), code=git_revision(os.path.dirname(os.path.abspath(__file__))),
                 inputs={p: file_sha256(p) for p in inputs})
 
