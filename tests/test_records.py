@@ -299,3 +299,17 @@ def test_the_typed_per_seed_delta_phi_are_the_committed_per_seed_fits():
         assert [round(f[design]["delta_phi"], 4) for f in fits_] == result["per_seed"], design
         for f in fits_:
             assert f["provenance"]["inputs"] == {rows: file_sha256(os.path.join(ROOT, rows))}
+
+
+def test_a_sharded_checkpoint_directory_hashes_its_files_names_and_bytes(tmp_path):
+    """file_sha256 of a directory (an FSDP run's ckpt/) changes when any file's bytes or name change, and not with
+    the order the files were written in."""
+    def tree(root, files):
+        for name, data in files:
+            (root / name).parent.mkdir(parents=True, exist_ok=True)
+            (root / name).write_bytes(data)
+        return file_sha256(str(root))
+    base = tree(tmp_path / "a", [("x.distcp", b"1"), ("sub/.metadata", b"2")])
+    assert tree(tmp_path / "b", [("sub/.metadata", b"2"), ("x.distcp", b"1")]) == base
+    assert tree(tmp_path / "c", [("x.distcp", b"3"), ("sub/.metadata", b"2")]) != base
+    assert tree(tmp_path / "d", [("y.distcp", b"1"), ("sub/.metadata", b"2")]) != base
