@@ -990,12 +990,16 @@ def representation_evolution(path, model, reference):
     return {k: a[k] - b[k] for k in a}
 
 
-def _family(per_seed, margin=None):
+def _family(per_seed, margin=None, looks=None):
     """The tests of one finding's comparisons, each a list of per-seed differences: the t-test (and TOST with a
-    margin) of each, Holm over the family."""
+    margin) of each, Holm over the family. looks: {name: K} for a comparison whose seeds were added after looking
+    (records/README.md, rule 5): its p times K enters Holm."""
     out = {name: dict(per_seed=d, **(tost(d, margin) if margin is not None else paired_t_test(d)))
            for name, d in per_seed.items()}
-    for name, p in zip(out, holm([o["p"] for o in out.values()])):
+    for name, k in (looks or {}).items():
+        if k > 1:
+            out[name].update(looks=k, threshold=sequential_alpha(k), p_times_looks=min(1.0, out[name]["p"] * k))
+    for name, p in zip(out, holm([o.get("p_times_looks", o["p"]) for o in out.values()])):
         out[name]["holm_p"] = p
     return out
 
@@ -1076,16 +1080,10 @@ def main_family(argv, opts):
         if not eq or not name or len(per_seed[name]) < 2 or looks.get(name, 0) < 1:
             raise ConfigError(f"fits.py family: {a!r} is not NAME=D1,D2,... or NAME@LOOKS=D1,D2,...: give each "
                               "comparison's per-seed numbers, two seeds or more")
-    out = {name: dict(per_seed=d, **(tost(d, opts["margin"]) if "margin" in opts else paired_t_test(d)))
-           for name, d in per_seed.items()}
-    for name in out:
-        if looks[name] > 1:
-            out[name].update(looks=looks[name], threshold=sequential_alpha(looks[name]),
-                             p_times_looks=min(1.0, out[name]["p"] * looks[name]))
-    for name, p in zip(out, holm([o.get("p_times_looks", o["p"]) for o in out.values()])):
-        out[name]["holm_p"] = p
+    out = _family(per_seed, opts.get("margin"), looks)
+    for r in out.values():
         if "margin" not in opts:
-            out[name]["verdict"] = ("inconclusive" if p >= 0.05 else "lower" if out[name]["mean"] < 0 else "higher")
+            r["verdict"] = "inconclusive" if r["holm_p"] >= 0.05 else "lower" if r["mean"] < 0 else "higher"
     if opts.get("out"):
         with open(opts["out"], "w") as f:
             json.dump(dict(out, provenance=provenance([], ["python", "fits.py"] + list(argv))), f, indent=1,
