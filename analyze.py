@@ -39,7 +39,7 @@ from tqdm import tqdm  # noqa: E402
 import kernels  # noqa: E402
 import moe  # noqa: E402
 from configurator import ConfigError, configure, run  # noqa: E402
-from checkpoint import checkpoint_of, load_model  # noqa: E402
+from checkpoint import load_model, run_provenance  # noqa: E402
 from distributed import use_device  # noqa: E402
 from figures import readable  # noqa: E402
 from loop import RESIDUAL_RULES, residual_multiplier  # noqa: E402
@@ -1053,9 +1053,8 @@ def main(argv=None):
     fig.savefig(png, dpi=120, bbox_inches="tight")
     plt.close(fig)
     with open(js, "w") as f:
-        from sweep import provenance  # the command, the code's commit, the checkpoints' sha256
-        json.dump(to_json(dict(analysis=name, config=cfg, result=result, provenance=provenance(
-            [checkpoint_of(d) for d in cfg["ckpt"].split(",") if d], ["python", "analyze.py"] + argv))), f, indent=1)
+        prov = run_provenance([d for d in cfg["ckpt"].split(",") if d], "analyze.py", argv)
+        json.dump(to_json(dict(analysis=name, config=cfg, result=result, provenance=prov)), f, indent=1)
     print(f"{name}: wrote {png} and {js} in {time.time() - t0:.1f}s")
     return result
 

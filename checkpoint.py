@@ -68,6 +68,13 @@ def checkpoint_of(run_dir):
     return sharded if os.path.isdir(sharded) else os.path.join(run_dir, "ckpt.pt")
 
 
+def run_provenance(run_dirs, script, argv):
+    """What a study of these runs' checkpoints names in its JSON so that it regenerates (records/README.md): its
+    command, the code's commit and the sha256 of each checkpoint read (early_exit.py, eval.py, analyze.py)."""
+    from sweep import provenance  # (sweep.py imports this file)
+    return provenance([checkpoint_of(d) for d in run_dirs], ["python", script] + list(argv))
+
+
 def load_model(run_dir, device="cpu"):
     """(model in eval mode, checkpoint dict) from a run directory's checkpoint (or a path to one). On the CPU with
     the run's CPU fast paths (train.py's cpu_kernels, on unless the run turned them off), as the run computed."""

@@ -60,7 +60,7 @@ import torch
 import torch.nn.functional as F
 
 import scaling
-from checkpoint import load_model
+from checkpoint import load_model, run_provenance
 from configurator import ConfigError
 from distributed import use_device
 from figures import readable
@@ -892,14 +892,6 @@ def save_figure(fig, path):
     plt.close(fig)
 
 
-def run_provenance(runs, script, argv):
-    """What a study's JSON names so that it regenerates (records/README.md): its command, the code's commit and the
-    sha256 of each checkpoint it read."""
-    from checkpoint import checkpoint_of
-    from sweep import provenance
-    return provenance([checkpoint_of(path) for _, path, _, _ in runs], ["python", script] + list(argv))
-
-
 def write_json(path, obj):
     def clean(o):
         if isinstance(o, float) and not math.isfinite(o):
@@ -968,7 +960,7 @@ def main(argv=None):
             else:
                 results[name] = bench_one(cfg, model, batches, data, crits[0] if crits else "entropy")
     meta = dict(config=cfg, tokens=sum(x.numel() for x, _ in batches), block_size=T,
-                provenance=run_provenance(runs, "early_exit.py", argv))
+                provenance=run_provenance([path for _, path, _, _ in runs], "early_exit.py", argv))
     write_json(prefix + ".json", dict(meta=meta, results=results))
     if cfg["mode"] == "exit":
         print_table(results, "saved_depth")

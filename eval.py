@@ -109,7 +109,7 @@ import early_exit
 from configurator import ConfigError
 from data import json_lines
 from early_exit import log_probs
-from checkpoint import load_model
+from checkpoint import load_model, run_provenance
 from distributed import use_device
 from loop import is_looped, last
 from model import KVCache
@@ -1068,8 +1068,8 @@ def main(argv=None):
     results = {name: evaluate_run(name, path, model, state, depths[name], plan, items, texts, cfg, auto)
                for name, path, model, state in runs}
     full_plan = plan + [(f"ppl_{text_label(t)}", 0, "perplexity", f"ppl_{text_label(t)}", "") for t in texts]
-    early_exit.write_json(prefix + ".json", dict(config=cfg, plan=full_plan, results=results,
-                                                 provenance=early_exit.run_provenance(runs, "eval.py", argv)))
+    prov = run_provenance([path for _, path, _, _ in runs], "eval.py", argv)
+    early_exit.write_json(prefix + ".json", dict(config=cfg, plan=full_plan, results=results, provenance=prov))
     print_table(results, full_plan)
     plot(results, full_plan, prefix + ".png")
     print(f"\nwrote {prefix}.json and {prefix}.png")
