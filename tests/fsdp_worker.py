@@ -24,6 +24,7 @@ import torch.distributed as dist
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import distributed  # noqa: E402
+import runlog  # noqa: E402
 import train  # noqa: E402
 from model import GPT  # noqa: E402
 from model import GPTConfig  # noqa: E402
@@ -77,13 +78,13 @@ def kill_between_the_renames():
             renamed.append(dst)
             if len(renamed) == 2:
                 os.kill(os.getpid(), signal.SIGKILL)
-    train.os.replace = replace
+    os.replace = replace  # the os module every file of the run uses (checkpoint.py renames)
 
 
 def main():
     root, data = sys.argv[1], sys.argv[2:]
     rank = int(os.environ["RANK"])
-    train.peak_flops = lambda *a: 1e12  # not the 2 s matmul timing: MFU is not tested here
+    runlog.peak_flops = lambda *a: 1e12  # not the 2 s matmul timing: MFU is not tested here
     # one process group for every run: initialising a second one in the same process after destroying the first
     # hangs now and then in torch 2.13 (one rank returns from init_process_group, the other waits for ever)
     dist.init_process_group("gloo")

@@ -194,6 +194,7 @@ def train_log_outputs():
     import io
     from unittest import mock
     import train
+    owner = sys.modules.get("runlog", train)  # where RunLog reads the peak (train.py itself before runlog.py)
     with tempfile.TemporaryDirectory() as tmp:
         corpus(tmp)
         out_dir = os.path.join(tmp, "run")
@@ -203,7 +204,7 @@ def train_log_outputs():
                 "--log_interval=3", "--warmup_iters=3", "--sample_tokens=16", "--threads=1", "--n_expert=4",
                 "--moe_bias_rate=0.01"]
         printed = io.StringIO()
-        with mock.patch.object(train, "peak_flops", lambda *a: None), contextlib.redirect_stdout(printed):
+        with mock.patch.object(owner, "peak_flops", lambda *a: None), contextlib.redirect_stdout(printed):
             train.main(argv)
         log = [json.loads(line) for line in open(os.path.join(out_dir, "log.jsonl"))]
         result = json.load(open(os.path.join(out_dir, "result.json")))

@@ -11,6 +11,7 @@ import torch
 import data
 import model
 import distributed
+import runlog
 import train
 from test_train import TINY, losses
 
@@ -47,7 +48,7 @@ def test_a_steady_state_step_reads_nothing_on_the_host(data_dir, tmp_path, monke
     """A looped MoE model (grouped dispatch, bias balancing, 2 micro-batches per step), the GPU's code path run on
     the CPU (model.py's plain operations, as without kernels.py's fast paths): no host read between log and eval
     steps, exactly one read per log line and per evaluation. Its losses are those of the CPU's fast paths."""
-    monkeypatch.setattr(train, "peak_flops", lambda *a: 1e12)  # not the 2 s matmul timing: MFU is not tested here
+    monkeypatch.setattr(runlog, "peak_flops", lambda *a: 1e12)  # not the 2 s matmul timing: MFU is not tested here
     argv = TINY + data_dir + LOOPED_MOE + ["--max_iters=12", "--log_interval=5", "--eval_interval=6"]
     cpu_path = str(tmp_path / "cpu")
     train.main(argv + [f"--out_dir={cpu_path}"])
@@ -63,7 +64,7 @@ def test_prefetched_batches_are_the_batches_of_their_step(data_dir, tmp_path, mo
     """train.py's batches, fetched one ahead, are exactly TokenData.get_batch(step, micro) for the micro-batch the
     model trains on (a control read here, without the prefetcher), and the losses are those of a run without
     the look-ahead."""
-    monkeypatch.setattr(train, "peak_flops", lambda *a: 1e12)
+    monkeypatch.setattr(runlog, "peak_flops", lambda *a: 1e12)
     argv = TINY + data_dir + ["--max_iters=3", "--grad_accum=2", "--eval_interval=3"]
     seen, real_step = [], train.train_step
 
@@ -138,7 +139,7 @@ def wandb_stand_in(calls):
 
 
 def test_wandb_logs_what_log_jsonl_logs(data_dir, tmp_path, monkeypatch):
-    monkeypatch.setattr(train, "peak_flops", lambda *a: 1e12)
+    monkeypatch.setattr(runlog, "peak_flops", lambda *a: 1e12)
     argv = TINY + data_dir + ["--max_iters=3", "--eval_interval=2"]
     calls = []
     monkeypatch.setitem(sys.modules, "wandb", wandb_stand_in(calls))
@@ -154,7 +155,7 @@ def test_wandb_logs_what_log_jsonl_logs(data_dir, tmp_path, monkeypatch):
 
 
 def test_wandb_is_imported_only_when_asked_for(data_dir, tmp_path, monkeypatch):
-    monkeypatch.setattr(train, "peak_flops", lambda *a: 1e12)
+    monkeypatch.setattr(runlog, "peak_flops", lambda *a: 1e12)
     monkeypatch.setitem(sys.modules, "wandb", None)  # `import wandb` raises ImportError, find_spec finds nothing
     argv = TINY + data_dir + ["--max_iters=1", "--eval_interval=1"]
     train.main(argv + [f"--out_dir={tmp_path / 'plain'}"])  # never imports it

@@ -15,6 +15,7 @@ import torch
 import kernels
 import optim
 import checkpoint
+import runlog
 import train
 from configurator import ConfigError, configure
 from checkpoint import load_model
@@ -359,7 +360,7 @@ def test_a_paper_preset_trains_on_prepared_fineweb_edu_tokens(tmp_path, monkeypa
              "--eval_tokens=32", "--sample_tokens=0", f"--hf_dataset={hf['hf_dataset']}", "--hf_config=",
              f"--data_dir={tokens}"]
     monkeypatch.chdir(REPO)
-    monkeypatch.setattr(train, "peak_flops", lambda *a: 1e12)  # not the 2 s matmul timing: MFU is not tested here
+    monkeypatch.setattr(runlog, "peak_flops", lambda *a: 1e12)  # not the 2 s matmul timing: MFU is not tested here
     train.main(small + ["--max_iters=2", "--eval_interval=2", f"--out_dir={tmp_path / 'run'}"])
     meta = json.load(open(tokens / "meta.json"))
     assert (meta["source"], meta["tokenizer"], meta["dtype"]) == ("fineweb-edu", "gpt2", "uint16")
@@ -375,7 +376,7 @@ def test_a_paper_preset_trains_on_prepared_fineweb_edu_tokens(tmp_path, monkeypa
 
     def stop(*args):  # called right after the data are ready: no need to train
         raise Prepared
-    monkeypatch.setattr(train, "peak_flops", stop)
+    monkeypatch.setattr(runlog, "peak_flops", stop)
     with pytest.raises(Prepared):  # 1,000 steps of 64 tokens: more than the 1,500 documents hold
         train.main(small + ["--max_iters=1000", f"--out_dir={tmp_path / 'long'}"])
     printed = capsys.readouterr().out
@@ -397,7 +398,7 @@ def test_the_vocabulary_follows_a_named_tokenizer_only(data_dir, tmp_path, capsy
                                           r"--tokenizer=gpt2 \(its vocabulary\) or --tokenizer=byte"):
         train.main([str(preset)] + run + [f"--out_dir={tmp_path / 'refused'}"])
     assert not os.path.exists(tmp_path / "tokens")  # stopped before any data was prepared
-    monkeypatch.setattr(train, "peak_flops", lambda *a: 1e12)  # not the 2 s matmul timing: MFU is not tested here
+    monkeypatch.setattr(runlog, "peak_flops", lambda *a: 1e12)  # not the 2 s matmul timing: MFU is not tested here
     train.main([str(preset)] + run + ["--tokenizer=byte", f"--out_dir={tmp_path / 'bytes'}"])
     assert "note: vocab_size=50257 of the config is replaced by 257, the byte tokenizer's" in capsys.readouterr().out
     assert GPTConfig(**torch.load(tmp_path / "bytes" / "ckpt.pt")["model_config"]).vocab_size == 257
