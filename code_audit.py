@@ -1,0 +1,266 @@
+"""
+Which committed result rows were trained by different code (issue 30, item 3: judge the arms of one comparison with
+rows from one commit of the code).
+
+Each row of records/<paper>/*.jsonl records `git_rev` (HEAD when its sweep started; "+dirty" when the tree had
+uncommitted changes) and `command`. The rows of one comparison often come from several commits, and a change of
+rounding alone (commit c14cf27: same math, another order of operations) moved one run by 0.16 nats. This script
+lists, for every rows file and every seed (the rows one verdict compares at one seed, and a fit's rows at one seed),
+the commits of its rows and whether the *training code* differs between each pair of them:
+
+    git diff --name-only A B -- TRAINING_CODE + the config files the rows' commands name
+
+TRAINING_CODE is every root file train.py imports at its top, at any commit a row names (checked: no root .py file
+was ever deleted or renamed, so code split out of train.py or model.py later is caught as a new file in the diff);
+scaling.py's lazy imports of fits.py, figures.py and sweep.py run only from its command line, never in training.
+A config file's exec(open(...)) of another config is followed at each commit.
+
+A "+dirty" rev cannot be traced (its uncommitted changes are lost): it is listed as untraceable, and compared at
+its base commit. A group's `same_training_code` is false when two of its commits (at their base) differ, else
+"untraceable" when one of its revs is dirty, else true.
+
+    python code_audit.py                          write records/code_mix.json
+    python code_audit.py --check                  exit 1 when records/code_mix.json differs from what it computes
+    python code_audit.py --out=PATH               write elsewhere
+
+tests/test_code_mix.py checks the committed JSON is today's and that every record names the groups whose code
+differs (records/README.md, rule 9).
+"""
+import ast
+import functools
+import glob
+import itertools
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+
+TRAINING_CODE = ("model.py", "loop.py", "moe.py", "optim.py", "kernels.py", "train.py", "data.py", "configurator.py",
+                 "distributed.py", "checkpoint.py", "scaling.py")
+EXEC = re.compile(r"""exec\(open\(.*?["']([\w./-]+\.py)["']""")
+
+
+class Repo:
+    """git in one directory, with each answer cached (a diff per commit pair and file set)."""
+
+    def __init__(self, root):
+        self.root = root
+
+    def git(self, *args, check=True):
+        p = subprocess.run(["git", "-C", self.root, *args], capture_output=True, text=True)
+        if check and p.returncode:
+            raise RuntimeError(f"git {' '.join(args)}: {p.stderr.strip()}")
+        return p.stdout
+
+    @functools.lru_cache(maxsize=None)
+    def commit(self, rev):
+        """The full hash of a row's git_rev (without "+dirty"), or None when the repository does not have it."""
+        out = self.git("rev-parse", "--verify", "-q", rev + "^{commit}", check=False).strip()
+        return out or None
+
+    @functools.lru_cache(maxsize=None)
+    def show(self, commit, path):
+        return self.git("show", f"{commit}:{path}", check=False)
+
+    @functools.lru_cache(maxsize=None)
+    def diff(self, a, b, paths):
+        """{file: the top-level names whose code differs} of the files that differ between commits a and b beyond
+        comments and docstrings."""
+        out = {}
+        for path in sorted(self.git("diff", "--name-only", a, b, "--", *paths).split()):
+            names = changed_names(self.show(a, path), self.show(b, path))
+            if names:
+                out[path] = names
+        return out
+
+    @functools.lru_cache(maxsize=None)
+    def reach(self, commit):
+        """What train.py can run at a commit (reached())."""
+        return reached({f: self.show(commit, f) for f in TRAINING_CODE})
+
+
+def top_level(source):
+    """{top-level name: its node} of a Python file, docstrings dropped; imports are "<imports>", an
+    `if __name__ == "__main__":` block "<main>", other statements "<module>". None when the text does not parse."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return None
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if (isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body
+                and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+                and isinstance(body[0].value.value, str)):
+            node.body = body[1:] or [ast.Pass()]
+    out = {}
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            name = node.name
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)) and all(isinstance(t, ast.Name) for t in targets):
+            name = " ".join(t.id for t in targets)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            name = "<imports>"
+        elif isinstance(node, ast.If) and "__main__" in ast.dump(node.test):
+            name = "<main>"
+        else:
+            name = "<module>"
+        out.setdefault(name, []).append(node)
+    return out
+
+
+def changed_names(old, new):
+    """The sorted top-level names whose code differs between two versions of a file (comments, docstrings and
+    line numbers do not count); ["<text>"] when one does not parse as Python and the texts differ."""
+    a, b = top_level(old), top_level(new)
+    if a is None or b is None:
+        return ["<text>"] if old != new else []
+    dump = {k: [ast.dump(n) for n in v] for k, v in a.items()}, {k: [ast.dump(n) for n in v] for k, v in b.items()}
+    return sorted(k for k in set(a) | set(b) if dump[0].get(k) != dump[1].get(k))
+
+
+def reached(sources):
+    """{(file, top-level name)} that train.py can run, by static reference from train.py (all of it): a name a
+    reached definition uses (bare, imported with `from M import name`, or as `M.name` of an imported module) is
+    reached, and so is every imported module's import-time code. sources: {file: text} of the training code."""
+    defs = {f: top_level(t) or {} for f, t in sources.items()}
+    aliases = {}  # per file: {local name: (file, name or None for a module)}
+    for f, tree in defs.items():
+        local = aliases.setdefault(f, {})
+        for node in ast.walk(ast.Module(body=[n for ns in tree.values() for n in ns], type_ignores=[])):
+            if isinstance(node, ast.Import):
+                for a in node.names:
+                    if a.name + ".py" in defs:
+                        local[a.asname or a.name] = (a.name + ".py", None)
+            elif isinstance(node, ast.ImportFrom) and (node.module or "") + ".py" in defs:
+                for a in node.names:
+                    local[a.asname or a.name] = (node.module + ".py", a.name)
+    seen, todo = set(), [("train.py", name) for name in defs.get("train.py", {})]
+    while todo:
+        f, name = todo.pop()
+        if (f, name) in seen or name not in defs.get(f, {}):
+            continue
+        seen.add((f, name))
+        if name == "<imports>":
+            todo += [(m, n) for m, _ in aliases[f].values() for n in ("<imports>", "<module>")]
+        for node in (x for n in defs[f][name] for x in ast.walk(n)):
+            if isinstance(node, ast.Name):
+                target = aliases[f].get(node.id)
+                todo += [(f, node.id)] + ([target] if target and target[1] else [])
+                if target:
+                    todo += [(target[0], "<imports>"), (target[0], "<module>")]
+            elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+                target = aliases[f].get(node.value.id)
+                if target and target[1] is None:
+                    todo.append((target[0], node.attr))
+    return seen
+
+
+def config_files(command):
+    """The config files a row's command names (train.py's positional .py arguments)."""
+    args = shlex.split(command or "")
+    return [a for a in args if a.endswith(".py") and not a.startswith("-") and os.path.basename(a) != "train.py"]
+
+
+def with_execs(repo, commits, configs):
+    """The config files and every config they exec, at any of the commits."""
+    out, todo = set(), list(configs)
+    while todo:
+        path = todo.pop()
+        if path in out:
+            continue
+        out.add(path)
+        for c in commits:
+            todo += [os.path.normpath(os.path.join(os.path.dirname(path), p)) for p in EXEC.findall(repo.show(c, path))]
+    return sorted(out)
+
+
+def audit_group(repo, rows):
+    """The commits of one group of rows and whether their training code differs (module docstring)."""
+    revs = {}
+    for r in rows:
+        revs[r.get("git_rev") or "none"] = revs.get(r.get("git_rev") or "none", 0) + 1
+    base = {rev: repo.commit(rev.removesuffix("+dirty")) for rev in revs}
+    commits = sorted({c for c in base.values() if c})
+    configs = with_execs(repo, commits, sorted({p for r in rows for p in config_files(r.get("command"))}))
+    paths = tuple(TRAINING_CODE) + tuple(configs)
+    differs, runs = {}, {}
+    for a, b in itertools.combinations(commits, 2):
+        files = repo.diff(a, b, paths)
+        if files:
+            pair = f"{a[:10]} {b[:10]}"
+            differs[pair] = files
+            ran = repo.reach(a) | repo.reach(b)
+            run = {f: [n for n in names if f not in TRAINING_CODE or (f, n) in ran and n != "<imports>"]
+                   for f, names in files.items()}
+            if any(run.values()):
+                runs[pair] = {f: names for f, names in run.items() if names}
+    untraceable = sorted(rev for rev in revs if rev.endswith("+dirty") or not base[rev])
+
+    def verdict(found):
+        return False if found else ("untraceable" if untraceable and len(revs) > 1 else True)
+    arms = {}
+    for r in rows:
+        arm = arms.setdefault(str(r.get("arch")), {})
+        arm[r.get("git_rev")] = arm.get(r.get("git_rev"), 0) + 1
+    return {"rows": len(rows), "commits": dict(sorted(revs.items())), "n_commits": len(revs),
+            "same_training_code": verdict(differs), "files_differ": sorted({f for fs in differs.values() for f in fs}),
+            "same_code_run": verdict(runs), "files_differ_run": sorted({f for fs in runs.values() for f in fs}),
+            "untraceable": untraceable, "configs": configs, "differs": differs, "differs_run": runs,
+            "empty_commands": sum(1 for r in rows if not r.get("command")),
+            "arms": {k: dict(sorted(v.items())) for k, v in sorted(arms.items()) if len(arms) > 1 or len(v) > 1}}
+
+
+def audit(root=".", pattern="records/*/*.jsonl"):
+    """{rows file: {seed: group}} for every rows file under root (module docstring)."""
+    repo, out = Repo(root), {}
+    for path in sorted(glob.glob(os.path.join(root, pattern))):
+        with open(path) as f:
+            rows = [json.loads(line) for line in f if line.strip()]
+        seeds = sorted({r.get("seed") for r in rows}, key=str)
+        out[os.path.relpath(path, root)] = {str(s): audit_group(repo, [r for r in rows if r.get("seed") == s])
+                                            for s in seeds}
+    return {"training_code": list(TRAINING_CODE), "command": "python code_audit.py", "files": out}
+
+
+def mixed(result):
+    """[(rows file, seed, group)] of the groups whose training code differs or cannot be traced."""
+    return [(path, seed, g) for path, seeds in result["files"].items() for seed, g in seeds.items()
+            if g["same_training_code"] is not True]
+
+
+def dumps(result):
+    """The JSON text: indented, each list and each dict of plain values on one line."""
+    text = json.dumps(result, indent=1)
+    return re.sub(r"\[[^\[\]{}]*\]|\{[^\[\]{}]*\}", lambda m: json.dumps(json.loads(m.group(0))), text) + "\n"
+
+
+def main(argv):
+    args = dict(a.removeprefix("--").partition("=")[::2] for a in argv)
+    if set(args) - {"check", "out", "help"} or "help" in args:
+        print(__doc__)
+        return 0 if "help" in args else 2
+    out = args.get("out") or "records/code_mix.json"
+    root = os.path.dirname(os.path.abspath(__file__))
+    text = dumps(audit(root))
+    if "check" in args:
+        with open(os.path.join(root, out)) as f:
+            same = f.read() == text
+        print(f"{out}: {'up to date' if same else 'differs from the rows and the code history: rerun code_audit.py'}")
+        return 0 if same else 1
+    with open(os.path.join(root, out), "w") as f:
+        f.write(text)
+    for path, seed, g in mixed(json.loads(text)):
+        if g["same_training_code"] is False:
+            what = (f"code differs in {', '.join(g['files_differ'])}; on train.py's path: "
+                    f"{', '.join(g['files_differ_run']) or 'none'}")
+        else:
+            what = "untraceable: " + ", ".join(g["untraceable"])
+        print(f"{path} seed {seed}: rows from {g['n_commits']} commits; {what}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
