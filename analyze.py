@@ -18,7 +18,7 @@ the keys: this script's own and every GPTConfig field. Without --ckpt, the check
 initialised from the config keys, so every analysis also works at initialisation.
 
 One code path: hidden states come from the model's own depth walk (model.states -> (Label, h) per effective
-layer, model.readout for the logit lens) and routing from moe.record_routing; nothing here re-implements a forward.
+layer, model.readout for the logit lens) and routing from routing.record_routing; nothing here re-implements a forward.
 """
 import dataclasses
 import json
@@ -38,6 +38,7 @@ from tqdm import tqdm  # noqa: E402
 
 import kernels  # noqa: E402
 import moe  # noqa: E402
+import routing  # noqa: E402
 from configurator import ConfigError, configure, run  # noqa: E402
 from checkpoint import load_model, run_provenance  # noqa: E402
 from distributed import use_device  # noqa: E402
@@ -201,7 +202,7 @@ def theorem1_prediction(n_loop, alpha, shared=True, sigma=1.0):
 
 
 # =====================================================================================================================
-# Collecting states and records: the model's own walk (its states and conditioning), moe.py's routing records
+# Collecting states and records: the model's own walk (its states and conditioning), routing.py's records
 
 
 def collect_states(model, idx):
@@ -226,10 +227,10 @@ def loop_steps(model, idx, states=None, every=None):
 
 def routing_records(model, batches):
     """{(layer, loop): {"experts": (N, k), "gates": (N, k), "router_input": (N, C)}} over every token of `batches`,
-    recorded by moe.record_routing during ordinary forward passes."""
+    recorded by routing.record_routing during ordinary forward passes."""
     out = defaultdict(lambda: defaultdict(list))
     for idx in tqdm(batches, desc="routing", leave=False):
-        with torch.no_grad(), moe.record_routing(model) as records:
+        with torch.no_grad(), routing.record_routing(model) as records:
             model(idx)
         for r in records:
             for key in ("experts", "gates", "router_input"):

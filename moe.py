@@ -1,5 +1,5 @@
 """
-Mixture-of-experts FFN layers for plain and looped models: router, experts, dispatch, balancing, routing records.
+Mixture-of-experts FFN layers for plain and looped models: router, experts, dispatch, balancing.
 
     y = sum_{i in top-k} g_i * FFN_i(x)  [+ sum_s FFN_s(x) for always-on shared experts]
 
@@ -48,13 +48,8 @@ Counters and records:
   (recomputing()); update_biases() turns it into the bias step with ONE all_reduce for all layers and zeroes it.
   With DDP, wrap the model with broadcast_buffers=False: DDP otherwise copies rank 0's counters over the others'
   at every forward (the bias itself stays equal on all ranks by construction).
-- `with record_routing(model) as records:` makes every MoE call append {layer, loop, shape, experts (N,K),
-  gates (N,K), router_input (N,C)} (detached, CPU). Off by default, skipped under torch.compile tracing.
-  `layer` is the physical layer index, `loop` the loop index the block passes down with each call.
-
-Capacity balancing (Chen et al. 2026, arXiv:2606.04438, §3.4) counts the built model, so it lives in scaling.py
-(capacity_report, match_flops, rebalance); moe.py measures what it needs from routing: unique_experts_per_token()
-gives how many distinct experts a token touches over the loop iterations, from routing records.
+- routing records: while routing.record_routing(model) holds a list in `_records`, every MoE call appends what it
+  routed (routing.py). Capacity balancing (Chen et al. 2026) counts the built model: scaling.py.
 """
 import contextlib
 import math
@@ -433,56 +428,3 @@ def update_biases(model, world_size=1, skipped=None):
             m.expert_bias -= m.expert_bias.mean()  # keep the bias centred (torchtitan issue #1506)
     for m in layers:
         m.expert_load.zero_()
-
-
-@contextlib.contextmanager
-def record_routing(model):
-    """`with record_routing(model) as records:` every MoE call inside appends one dict (see the module
-    docstring), on an eager model (a compiled block would record tensors of its trace)."""
-    layers = moe_layers(model)
-    if not layers:
-        raise ValueError("record_routing: this model has no MoE layers (set n_expert > 0)")
-    if any(m.compiled for m in layers):
-        raise ValueError("record_routing: the model's blocks are compiled; record routing on an eager model")
-    records = []
-    for m in layers:
-        m._records = records
-    try:
-        yield records
-    finally:
-        for m in layers:
-            m._records = None
-
-
-def passes_by_layer(records):
-    """Group records into passes: {layer: [[record of loop 0, loop 1, ...] for each forward pass]}."""
-    out = {}
-    for r in records:
-        passes = out.setdefault(r["layer"], [])
-        if r["loop"] == 0 or not passes:
-            passes.append([])
-        passes[-1].append(r)
-    return out
-
-
-def unique_experts_per_token(records, n_expert):
-    """The expected number of distinct experts a token activates over the loop iterations of each physical layer
-    (Chen et al. 2026, arXiv:2606.04438, §3.4 'Measurement'): {layer: mean over tokens and passes}."""
-    result = {}
-    for layer, passes in passes_by_layer(records).items():
-        total, count = 0.0, 0
-        for group in passes:
-            experts_LNK = torch.stack([r["experts"] for r in group])  # (loops, N, K)
-            hit_NE = torch.zeros(experts_LNK.size(1), n_expert, dtype=torch.bool)
-            for experts_NK in experts_LNK:
-                hit_NE.scatter_(1, experts_NK, True)
-            total += hit_NE.sum(1).float().sum().item()
-            count += hit_NE.size(0)
-        result[layer] = total / count
-    return result
-
-
-def independent_unique_experts(n_expert, top_k, n_loop):
-    """Distinct experts per token over n_loop iterations if each iteration picked k experts uniformly at random,
-    independently: E*(1 - (1 - k/E)^K). An upper-bound estimate when no trained model is at hand."""
-    return n_expert * (1.0 - (1.0 - top_k / n_expert) ** n_loop)

@@ -388,7 +388,7 @@ def gpus_needed(model, cfg, gpu_bytes, most=1024):
 # capacity balancing (Chen et al. 2026, arXiv:2606.04438, §3.4 and App. A.4), counted on the meta-device model
 #
 # capacity_report() gives the attention/FFN active ratio rho, stored params N and per-token executed (FLOP) params
-# F of a config; moe.unique_experts_per_token() measures how many distinct experts a token touches over the loop
+# F of a config; routing.unique_experts_per_token() measures how many distinct experts a token touches over the loop
 # iterations from routing records; match_flops() fits the expert width to a target F and the expert count to a
 # target N; rebalance() scales the MLA ranks, with the expert width refitted at fixed F, until rho reaches a target,
 # then restores N. F is strict by default: it counts everything a token executes, IterAdaLN's modulators included
@@ -435,7 +435,7 @@ def capacity_report(config, unique_experts=None, count_conditioning=True):
     embeddings, routers, per-loop conditioning) and per-token executed params F (count_params' params_active, the
     FLOPs proxy, 2F per token forward). Attention weights are reused across loops, so they count once in A_attn; a
     shared MoE layer run K times touches `unique_experts` distinct routed experts per token (measured with
-    moe.unique_experts_per_token, default top_k, i.e. no new experts after the first pass) plus its shared experts.
+    routing.unique_experts_per_token, default top_k, i.e. no new experts after the first pass) plus its shared experts.
     Shared experts count in A_ffn, routers in neither.
     count_conditioning: whether F counts the per-token work of the per-loop conditioning (IterAdaLN's modulators).
     Chen et al. match F without saying whether it includes them; True (the default) is the strict reading, a token's
@@ -516,8 +516,8 @@ def rebalance(config, target_rho, unique_experts, target_params=None, target_flo
     the input config's). t > 1 (A_attn up, A_ffn down) where looping lowered rho, the paper's case; t < 1 where rho
     is above the target, e.g. after narrow experts paid for IterAdaLN's modulators at fixed F. Ranks and widths are
     rounded to `multiple`, so rho and F land close to, not exactly on, their targets.
-    unique_experts: distinct routed experts per token over the loop (moe.unique_experts_per_token, or
-    moe.independent_unique_experts as an upper-bound estimate). count_conditioning: see capacity_report.
+    unique_experts: distinct routed experts per token over the loop (routing.unique_experts_per_token, or
+    routing.independent_unique_experts as an upper-bound estimate). count_conditioning: see capacity_report.
     Returns the new GPTConfig."""
     if config.attn != "mla" or config.n_expert == 0:
         raise ValueError("rebalance needs an MoE model with attn='mla' (it scales the MLA latent ranks)")

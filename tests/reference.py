@@ -34,7 +34,7 @@ sys.path.insert(0, REPO)
 
 import early_exit as ee  # noqa: E402
 import eval as ev  # noqa: E402
-import moe  # noqa: E402
+import routing  # noqa: E402
 import optim  # noqa: E402
 from data import get_tokenizer  # noqa: E402
 import kernels  # noqa: E402
@@ -132,7 +132,7 @@ def family_outputs(name):
         out["sampled"] = model.generate(prompt, 8, temperature=1.0, top_k=20,
                                         generator=torch.Generator().manual_seed(5))
         if model.config.n_expert:
-            with moe.record_routing(model) as records:
+            with routing.record_routing(model) as records:
                 model(x)
             for i, r in enumerate(records):
                 out[f"routing/{i}/{r['layer']}/{r['loop']}/experts"] = r["experts"]
@@ -193,8 +193,8 @@ def train_log_outputs():
     import contextlib
     import io
     from unittest import mock
+    import runlog
     import train
-    owner = sys.modules.get("runlog", train)  # where RunLog reads the peak (train.py itself before runlog.py)
     with tempfile.TemporaryDirectory() as tmp:
         corpus(tmp)
         out_dir = os.path.join(tmp, "run")
@@ -204,7 +204,7 @@ def train_log_outputs():
                 "--log_interval=3", "--warmup_iters=3", "--sample_tokens=16", "--threads=1", "--n_expert=4",
                 "--moe_bias_rate=0.01"]
         printed = io.StringIO()
-        with mock.patch.object(owner, "peak_flops", lambda *a: None), contextlib.redirect_stdout(printed):
+        with mock.patch.object(runlog, "peak_flops", lambda *a: None), contextlib.redirect_stdout(printed):
             train.main(argv)
         log = [json.loads(line) for line in open(os.path.join(out_dir, "log.jsonl"))]
         result = json.load(open(os.path.join(out_dir, "result.json")))

@@ -346,17 +346,17 @@ def test_routing_subcommands(tmp_path, looped_moe_ckpt):
     assert a["rho"][0] == pytest.approx(a["rho_star"]) and a["rho"][-1] <= a["rho"][0] and len(set(a["a_attn"])) == 1
 
 
-def test_unique_experts_agrees_with_moe(looped_moe_ckpt):
-    import moe
+def test_unique_experts_agrees_with_routing(looped_moe_ckpt):
+    import routing
     from checkpoint import load_model
     model, _ = load_model(looped_moe_ckpt)
     idx = torch.randint(64, (2, 16), generator=torch.Generator().manual_seed(0))
-    with torch.no_grad(), moe.record_routing(model) as records:
+    with torch.no_grad(), routing.record_routing(model) as records:
         model(idx)
     recs = analyze.routing_records(model, [idx])
     for layer, loops in analyze.loop_layers(recs).items():
         ours = analyze.unique_experts([recs[(layer, k)]["experts"] for k in loops], 4)
-        assert ours[-1] == pytest.approx(moe.unique_experts_per_token(records, 4)[layer])
+        assert ours[-1] == pytest.approx(routing.unique_experts_per_token(records, 4)[layer])
 
 
 def test_nonshared_stack_and_loop_steps():
