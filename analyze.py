@@ -145,17 +145,6 @@ def mean_cosine(x, y):
     return F.cosine_similarity(x.double(), y.double(), dim=-1).mean().item()
 
 
-def unique_experts(ids_by_loop, n_expert):
-    """Expected number of distinct experts a token has used after each of the K iterations (Chen et al. 2026,
-    arXiv:2606.04438, App. A.4). ids_by_loop: K tensors (T, k) of expert ids -> list of K means."""
-    seen = torch.zeros(ids_by_loop[0].size(0), n_expert, dtype=torch.bool)
-    out = []
-    for ids in ids_by_loop:
-        seen.scatter_(1, ids.long(), True)
-        out.append(seen.sum(1).double().mean().item())
-    return out
-
-
 def residual_norm(h):
     """Normalised residual-stream norm ||h|| / sqrt(d) per token, averaged over tokens (Wang et al. 2026,
     arXiv:2606.18524, §5.1). h: (..., d)."""
@@ -546,7 +535,7 @@ def run_active_params(cfg, model_cfg):
     result = {}
     for name, model, _ in models:
         recs, layers = looped_routing(name, model, batches)
-        uniq = {str(layer): unique_experts([recs[(layer, k)]["experts"] for k in loops], model.config.n_expert)
+        uniq = {str(layer): routing.unique_experts([recs[(layer, k)]["experts"] for k in loops], model.config.n_expert)
                 for layer, loops in layers.items()}
         mean_uniq = np.mean(list(uniq.values()), 0)
         reports = [capacity_report(dataclasses.replace(model.config, n_loop=k + 1), float(u))

@@ -47,20 +47,26 @@ def passes_by_layer(records):
     return out
 
 
+def unique_experts(ids_by_loop, n_expert):
+    """Distinct experts a token has used after each of the K passes of one layer (Chen et al. 2026,
+    arXiv:2606.04438, §3.4 'Measurement', App. A.4). ids_by_loop: K tensors (N, k) of expert ids -> a list of K
+    means over the N tokens."""
+    seen = torch.zeros(ids_by_loop[0].size(0), n_expert, dtype=torch.bool)
+    out = []
+    for ids in ids_by_loop:
+        seen.scatter_(1, ids.long(), True)
+        out.append(seen.sum(1).double().mean().item())
+    return out
+
+
 def unique_experts_per_token(records, n_expert):
-    """The expected number of distinct experts a token activates over the loop iterations of each physical layer
-    (Chen et al. 2026, arXiv:2606.04438, §3.4 'Measurement'): {layer: mean over tokens and passes}."""
+    """unique_experts after the last pass, per physical layer, averaged over the recorded forward passes (weighted
+    by their tokens): {layer: distinct experts per token}."""
     result = {}
     for layer, passes in passes_by_layer(records).items():
-        total, count = 0.0, 0
-        for group in passes:
-            experts_LNK = torch.stack([r["experts"] for r in group])  # (loops, N, K)
-            hit_NE = torch.zeros(experts_LNK.size(1), n_expert, dtype=torch.bool)
-            for experts_NK in experts_LNK:
-                hit_NE.scatter_(1, experts_NK, True)
-            total += hit_NE.sum(1).float().sum().item()
-            count += hit_NE.size(0)
-        result[layer] = total / count
+        tokens = [group[0]["experts"].size(0) for group in passes]
+        final = [unique_experts([r["experts"] for r in group], n_expert)[-1] for group in passes]
+        result[layer] = sum(n * u for n, u in zip(tokens, final)) / sum(tokens)
     return result
 
 
