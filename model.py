@@ -583,36 +583,6 @@ class GPT(nn.Module):
         """KV-cache slots: one per step of the plan."""
         return len(self.plan(schedule))
 
-    def block_executions(self, training=True, schedule=None):
-        """(forward runs, backward runs) per module of self.blocks in one forward pass at the schedule, which
-        scaling.py counts compute with. Truncated BPTT: the shared layers run n_loop times but build a graph only in
-        the last bptt_loops passes. training=True adds the elastic objective's expected extra work (loop.ELASTIC)."""
-        cfg = self.config
-        n = self.loop_count(schedule)
-        fwd, bwd = n, (min(cfg.bptt_loops, n) if cfg.bptt_loops else n)
-        elastic = ELASTIC[cfg.elastic]
-        if training and elastic is not None:
-            fwd, bwd = elastic.runs(fwd, bwd, n)
-        return [(fwd, bwd) if self.part(i) == "loop" else (1, 1) for i in range(len(self.blocks))]
-
-    def module_executions(self, training=True, schedule=None):
-        """Runs per token (forward, backward) of the modules that do not run exactly once per token, for
-        scaling.py: the end-of-pass norm runs once per pass, the module between the passes as its runs() says (a
-        linear injection once per pass; hyper-connection lane mixing is its extra_macs()); the loop embedders, and
-        the modulators of a per-sequence conditioning (TMLT, LoopFormer), work once per pass per sequence (0 per
-        token)."""
-        per_pass = self.block_executions(training, schedule)[self.config.n_prelude]
-        runs = self.between.runs(per_pass)
-        out = {} if runs is None else {self.between_name: runs}
-        if self.norm_loop is not None:
-            out["norm_loop"] = per_pass
-        if self.cond is not None:
-            out.update({name: (0, 0) for name in self.cond.embedders})
-            if self.cond.per_sequence:
-                out.update({f"blocks.{i}.modulator": (0, 0) for i in range(len(self.blocks))
-                            if self.part(i) == "loop"})
-        return out
-
     def after_optimizer_step(self, world_size=1, skipped=None):
         """Work that follows each optimizer step: the bias-balancing update of MoE routers (moe.py); skipped: a
         bool tensor, True for a step fp16's loss scaler skipped (no bias step then either)."""

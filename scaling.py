@@ -10,8 +10,8 @@ in fits.py. Every command runs from here:
     python scaling.py figures records/
     python scaling.py power config/sweeps/isodepth_cpu.py --calibrate=records/schwethelm2026/isodepth_pilot_cpu.jsonl
 
-Accounting reads the real module: its parameters, its `blocks` and `block_executions()` (how often each block runs
-per token, and how many of those runs are backpropagated). A weight shared across passes is stored once and
+Accounting reads the real module: its parameters, its `blocks` and its depth plan (block_executions: how often each
+block runs per token, and how many of those runs are backpropagated). A weight shared across passes is stored once and
 computed at every pass; tied embeddings are stored once. Two FLOP conventions:
 
 - "lee" (Lee et al. 2026, arXiv:2605.09165, §3): C = 6 * N_active * D, where N_active counts every pass of a looped
@@ -21,12 +21,11 @@ computed at every pass; tied embeddings are stored once. Two FLOP conventions:
   n_head*head_dim, T = sequence length); a forward-only run (truncated BPTT) costs 2 per parameter and 4*h*q*T
   instead of 6 and 12*h*q*T; hyper-connection lane mixing costs 6 * (K^2 + 2K) * d per pass.
 
-The model's `module_executions()` -> {module name: (forward runs, backward runs)} lists the modules that do not
-run exactly once per token (input injection, per-pass norms; 0 for per-sequence work; "lm_head" when an objective
-reads out twice), and its `between` module (loop.py; None for a plain model) has extra_macs(), multiply-adds per
-pass that no parameter unit counts (hyper-connection lane mixing). Both methods take `training` (False: one
-inference forward pass) and `schedule` (the passes' step sizes, loop.py's elastic depth; None: the trained depth),
-as every count below does.
+module_executions(model) -> {module name: (forward runs, backward runs)} lists the modules that do not run exactly
+once per token (input injection, per-pass norms; 0 for per-sequence work), from what the model's registry rows
+declare (loop.py), and its `between` module has extra_macs(), multiply-adds per pass that no parameter unit counts
+(hyper-connection lane mixing). Both take `training` (False: one inference forward pass) and `schedule` (the
+passes' step sizes, loop.py's elastic depth; None: the trained depth), as every count below does.
 """
 import dataclasses
 import json
@@ -36,6 +35,7 @@ from collections import namedtuple
 
 import torch
 
+from loop import ELASTIC
 from moe import MoE
 
 # -----------------------------------------------------------------------------------------------------------------
@@ -53,6 +53,36 @@ def _ffn_active_adjustment(block):
     if not isinstance(block.ffn, MoE):
         return 0
     return block.ffn.param_counts()["active"] - sum(p.numel() for p in block.ffn.parameters())
+
+
+def block_executions(model, training=True, schedule=None):
+    """(forward runs, backward runs) per token of each module of model.blocks in one forward pass at the schedule.
+    Truncated BPTT: the shared layers run n_loop times but build a graph only in the last bptt_loops passes.
+    training=True adds the elastic objective's expected extra work (its loop.ELASTIC row's runs)."""
+    cfg = model.config
+    n = model.loop_count(schedule)
+    fwd, bwd = n, (min(cfg.bptt_loops, n) if cfg.bptt_loops else n)
+    elastic = ELASTIC[cfg.elastic]
+    if training and elastic is not None:
+        fwd, bwd = elastic.runs(fwd, bwd, n)
+    return [(fwd, bwd) if model.part(i) == "loop" else (1, 1) for i in range(len(model.blocks))]
+
+
+def module_executions(model, training=True, schedule=None):
+    """{module name: (forward runs, backward runs) per token} of the modules that do not run exactly once per
+    token: the end-of-pass norm runs once per pass, the module between the passes as its runs() says (a linear
+    injection once per pass; hyper-connection lane mixing is its extra_macs()); the loop embedders, and the
+    modulators of a per-sequence conditioning (TMLT, LoopFormer), work once per pass per sequence (0 per token)."""
+    per_pass = block_executions(model, training, schedule)[model.config.n_prelude]
+    runs = model.between.runs(per_pass)
+    out = {} if runs is None else {model.between_name: runs}
+    if model.norm_loop is not None:
+        out["norm_loop"] = per_pass
+    if model.cond is not None:
+        out.update({name: (0, 0) for name in model.cond.embedders})
+        if model.cond.per_sequence:
+            out.update({f"blocks.{i}.modulator": (0, 0) for i in range(len(model.blocks)) if model.part(i) == "loop"})
+    return out
 
 
 def compute_units(model, training=True, schedule=None):
@@ -78,7 +108,7 @@ def compute_units(model, training=True, schedule=None):
 
     # modules whose runs per token the model declares (deepest names first, so a submodule can differ from its
     # parent; a submodule of a block, like a per-sequence modulator, leaves the block's count)
-    declared = dict(model.module_executions(training, schedule))
+    declared = dict(module_executions(model, training, schedule))
     head_runs = declared.pop("lm_head", (1, 1))
     modules = dict(model.named_modules())
     for name in sorted(declared, key=lambda n: -n.count(".")):
@@ -88,7 +118,7 @@ def compute_units(model, training=True, schedule=None):
         n = new_params(modules[name])
         units.append(Unit(name, "other", n, n, f, b, 0))
 
-    units += block_units(model, model.block_executions(training, schedule), new_params, set(seen))
+    units += block_units(model, block_executions(model, training, schedule), new_params, set(seen))
 
     head = model.lm_head
     for name, m in model.named_children():
@@ -223,7 +253,7 @@ def kv_cache_per_token(model):
     x = torch.zeros(1, 1, model.config.n_embd, device=p.device, dtype=p.dtype)
     rope = model.rope(0, 1)
     widths = [sum(t.size(1) * t.size(-1) for t in block.attn.cache_entry(x, rope)) for block in model.blocks]
-    runs = [f for f, _ in model.block_executions(False)]  # a layer's runs per token = its cache slots
+    runs = [f for f, _ in block_executions(model, False)]  # a layer's runs per token = its cache slots
     assert sum(runs) == model.n_slots(), "cache slots and block executions disagree"
     return max(widths), sum(w * f for w, f in zip(widths, runs))
 
@@ -344,7 +374,7 @@ def memory_per_gpu(model, cfg, gpus=1):
     total = sum(p.numel() for p in params) * 4
     state = optimizer_state_shapes(model, cfg)
     per_block, head = activation_bytes_per_token(model, 2 if bf16 else 4)
-    runs = [bwd for _, bwd in model.block_executions()]
+    runs = [bwd for _, bwd in block_executions(model)]
     tokens = cfg["batch_size"] * model.config.block_size
     stored = tokens * (sum(n * b for n, b in zip(runs, per_block)) + head)
     checkpointed = tokens * (sum(runs) * 4 * model.config.n_embd + max(per_block) + head)
@@ -406,9 +436,9 @@ def capacity_counts(config):
     if key in _CAPACITY:
         return _CAPACITY[key]
     model = model_on_meta(config)
-    declared = model.module_executions(False)
+    declared = module_executions(model, False)
     runs, layers, modulators = {}, [], 0
-    for block, (fwd, _) in zip(model.blocks, model.block_executions(False)):
+    for block, (fwd, _) in zip(model.blocks, block_executions(model, False)):
         runs[id(block)] = runs.get(id(block), 0) + fwd
     for i, block in enumerate(model.blocks):
         if id(block) not in runs:

@@ -17,6 +17,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import loop  # noqa: E402
 from loop import HyperConnections, sample_trajectory  # noqa: E402
 import optim  # noqa: E402
+import scaling  # noqa: E402
 from optim import MuonH, MuonHAdamW  # noqa: E402
 from model import GPT, Block, GPTConfig, KVCache  # noqa: E402
 
@@ -151,7 +152,8 @@ def test_a_plain_model_makes_one_pass_and_refuses_more():
     ref = m(idx)[0]
     for schedule in (1, [1.0]):
         assert torch.equal(m(idx, schedule=schedule)[0], ref)
-    assert m.n_slots(1) == 2 and m.block_executions(False, 1) == [(1, 1)] * 2 and m.module_executions() == {}
+    assert m.n_slots(1) == 2 and scaling.block_executions(m, False, 1) == [(1, 1)] * 2
+    assert scaling.module_executions(m) == {}
     with pytest.raises(ValueError, match="one pass"):
         m(idx, schedule=2)
 
@@ -265,7 +267,7 @@ def test_truncated_bptt_equals_detaching_by_hand(plan):
     m.zero_grad()  # full BPTT differs
     F.cross_entropy(hand_forward(m, idx).view(-1, V), idx.view(-1)).backward()
     assert not torch.allclose(m.blocks[1].attn.c_q.weight.grad, grads["blocks.1.attn.c_q.weight"])
-    assert m.block_executions()[1] == (4, 2) and m.block_executions()[0] == (1, 1)
+    assert scaling.block_executions(m)[1] == (4, 2) and scaling.block_executions(m)[0] == (1, 1)
 
 
 def test_hyper_connection_update_matches_the_equations():
@@ -676,12 +678,12 @@ def test_make_optimizer_muonh():
 
 def test_execution_counts_for_accounting():
     m = make(**dict(PLANS["prelude_coda_linear"], n_loop=4, bptt_loops=2))
-    assert m.block_executions() == [(1, 1), (4, 2), (4, 2), (1, 1)]
-    assert m.module_executions() == {"inject": (4, 2), "norm_loop": (4, 2)}
+    assert scaling.block_executions(m) == [(1, 1), (4, 2), (4, 2), (1, 1)]
+    assert scaling.module_executions(m) == {"inject": (4, 2), "norm_loop": (4, 2)}
     lf = make(n_loop=4, loop_cond="loopformer", elastic="shortcut")
-    assert lf.block_executions() == [(6.0, 6.0)] * 2  # + E[S] = L/2 passes of the shortcut trajectory
-    assert lf.block_executions(training=False) == [(4, 4)] * 2
-    assert lf.module_executions()["blocks.0.modulator"] == (0, 0)  # once per pass and sequence, not per token
+    assert scaling.block_executions(lf) == [(6.0, 6.0)] * 2  # + E[S] = L/2 passes of the shortcut trajectory
+    assert scaling.block_executions(lf, training=False) == [(4, 4)] * 2
+    assert scaling.module_executions(lf)["blocks.0.modulator"] == (0, 0)  # once per pass and sequence, not per token
 
 
 # -----------------------------------------------------------------------------------------------------------------

@@ -123,7 +123,7 @@ def top_probability_score(logp, prev_logp, h, prev_h):
 def test_a_toy_injection(monkeypatch):
     monkeypatch.setitem(loop.BETWEEN_PASSES, "projected", ProjectedAdditive)
     model = GPT(tiny(injection="projected", n_prelude=1)).init_weights(0)
-    assert isinstance(model.between, ProjectedAdditive) and model.module_executions()["inject"] == (3, 3)
+    assert isinstance(model.between, ProjectedAdditive) and scaling.module_executions(model)["inject"] == (3, 3)
     trains_one_step(model)
     counted_flops_match(model)
 
@@ -150,7 +150,8 @@ def test_a_toy_residual_rule(monkeypatch):
 def test_a_toy_elastic_objective(monkeypatch):
     monkeypatch.setitem(loop.ELASTIC, "deeper", loop.Elastic(one_pass_deeper, lambda fwd, bwd, n: (fwd + 1, bwd + 1)))
     model = GPT(tiny(elastic="deeper")).init_weights(0)
-    assert model.block_executions() == [(4, 4), (4, 4)] and model.block_executions(training=False) == [(3, 3)] * 2
+    assert scaling.block_executions(model) == [(4, 4), (4, 4)]
+    assert scaling.block_executions(model, training=False) == [(3, 3)] * 2
     trains_one_step(model)
     counted_flops_match(model, rel=1e-9)  # no per-sequence work: exactly what ran
 
