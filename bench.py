@@ -50,7 +50,7 @@ import kernels
 import moe
 import scaling
 import train
-from distributed import cpu_matmul_rate, cpu_threads, keep_freed_memory, native_bf16, peak_flops
+from distributed import compile_blocks, cpu_matmul_rate, cpu_threads, keep_freed_memory, native_bf16, peak_flops
 
 preset = "default"  # default (train.py's model) | nanogpt (d=256, 8 layers, GPT-2 vocab, B=8, T=256) | gpu (see above)
 batch_size = 16  # sequences per step (the nanogpt preset uses 8 unless given)
@@ -96,7 +96,7 @@ def preset_model(path, overrides):
 
 
 def graph_breaks(model_cfg, dev, ctx, x):
-    """Graph breaks of each block and of the loss (GPT.compile_blocks compiles both) as torch.compile sees
+    """Graph breaks of each block and of the loss (distributed.compile_blocks compiles both) as torch.compile sees
     them: torch._dynamo.explain of each forward on the arguments it gets in one training forward pass of an eager
     copy of the model. Target 0. (explain resets dynamo's caches: run it after the timings.)"""
     model = GPT(model_cfg).init_weights(0).to(dev)
@@ -173,7 +173,7 @@ def make_setup(name, mcfg, dtype_name, dtype, compiled, cfg, sync):
     x = torch.randint(0, mcfg.vocab_size, (B, T), device=dev)
     model = kernels.on_cpu(GPT(mcfg).init_weights(0).to(dev), dev, not compiled)  # as train.py
     if compiled:
-        model.compile_blocks()
+        compile_blocks(model)
     opt_cfg = dict(lr=1e-3, weight_decay=0.0, wd_independent=True, adam_eps=1e-8, optimizer="adamw", beta1=0.9,
                    beta2=0.95)
     optimizer = make_optimizer(model, opt_cfg, dev.split(":")[0])

@@ -14,7 +14,6 @@ Also here: RMSNorm, RoPE, attention (SDPA, flash kernels on CUDA; optional MLA),
 (per-pass conditioning, residual multiplier, sandwich norm, MoE), the KV cache, muP init and optimizer groups,
 all written with torch's own operations; kernels.py swaps in faster CPU versions of three of them.
 """
-import functools
 import math
 from contextlib import nullcontext
 from dataclasses import dataclass, asdict
@@ -22,12 +21,11 @@ from dataclasses import dataclass, asdict
 import numpy as np
 import torch
 import torch.nn as nn
-import torch.utils.checkpoint
 import torch.nn.functional as F
 
 from loop import (BETWEEN_PASSES, CONDITIONING, ELASTIC, RESIDUAL_RULES, TRAJECTORY_SAMPLERS, Label, LoopCond,  # noqa: F401
                   ScalarEmbedder, add_aux, between_passes_kind, depth_lr_factor, make_plan, resolve_schedule)
-from moe import ROUTERS, make_ffn, recomputing, update_biases
+from moe import ROUTERS, make_ffn, update_biases
 
 
 @dataclass
@@ -811,27 +809,6 @@ class GPT(nn.Module):
         cond = self.cond is not None and (".modulator." in name or name.split(".")[0] in self.cond.embedders)
         return self.config.cond_lr_scale if cond else 1.0
 
-    def compile_blocks(self, **kwargs):
-        """torch.compile each block's forward in place (state_dict keys unchanged, no `_orig_mod.`); the depth loop
-        stays in Python, so changing the loop count never recompiles a block. Module hooks (FSDP's) and an
-        activation checkpoint put around it afterwards (checkpoint_blocks) stay outside the compiled code. The loss
-        too: inductor fuses the fp32 cross-entropy into one pass over the logits."""
-        for block in self.blocks:
-            block.forward = torch.compile(block.forward, **kwargs)
-            if hasattr(block.ffn, "compiled"):  # an MoE layer picks its dispatch for a compiled block here, once
-                block.ffn.compiled = True
-        self.loss = torch.compile(self.loss, **kwargs)
-
-    def checkpoint_blocks(self):
-        """Activation checkpointing: each block call keeps only its inputs and recomputes its activations in the
-        backward (torch.utils.checkpoint, non-reentrant), once per call, so a shared block run n_loop times stores
-        n_loop inputs instead of n_loop sets of activations. It wraps each block's forward in place (after
-        compile_blocks: the checkpoint stays eager around the compiled forward): state_dict keys and FSDP's hooks
-        (outside the checkpoint, as in torchtitan) are unchanged. The recomputation runs inside moe.recomputing():
-        routing loads are counted once per token."""
-        for block in self.blocks:
-            block.forward = functools.partial(checkpointed, block.forward)
-
     # ---- generation ----
     @torch.no_grad()
     def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, generator=None, schedule=None, step=None,
@@ -857,14 +834,6 @@ class GPT(nn.Module):
                 break
             logits = step(out[-1], cache) if step else self(out[-1], cache=cache, schedule=schedule)[0][:, -1]
         return torch.cat(out, dim=1)
-
-
-def checkpointed(forward, *args, **kwargs):
-    """forward(*args, **kwargs), its activations recomputed in the backward instead of stored (with grad only)."""
-    if not torch.is_grad_enabled():
-        return forward(*args, **kwargs)
-    return torch.utils.checkpoint.checkpoint(forward, *args, use_reentrant=False,
-                                             context_fn=lambda: (nullcontext(), recomputing()), **kwargs)
 
 
 def sample_next(logits, temperature=1.0, top_k=None, generator=None):

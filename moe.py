@@ -109,7 +109,7 @@ class MoE(nn.Module):
         self.lb_coef, self.z_coef, self.seq_coef = config.moe_lb_coef, config.moe_z_coef, config.moe_seq_coef
         self.bias_rate, self.capacity_factor = config.moe_bias_rate, config.moe_capacity_factor
         self.dispatch = config.moe_dispatch
-        self.compiled = False  # GPT.compile_blocks sets it: the dispatch then keeps static shapes
+        self.compiled = False  # distributed.compile_blocks sets it: the dispatch then keeps static shapes
         self.layer = layer_index
         self.router = nn.Linear(C, E, bias=False)
         # (E, out, in) like nn.Linear: p.size(-1) is the fan-in, as GPT.init_weights assumes for uniform init
@@ -392,7 +392,7 @@ _recomputing = False  # True while activation checkpointing re-runs a forward in
 
 @contextlib.contextmanager
 def recomputing():
-    """Activation checkpointing (model.GPT.checkpoint_blocks) runs each block's forward a second time in the backward
+    """Activation checkpointing (distributed.checkpoint_blocks) runs each block's forward a second time in the backward
     to rebuild its activations: inside this context the MoE layers neither count their loads nor record routing
     again, so every token is counted once per training step, as without checkpointing."""
     global _recomputing

@@ -34,7 +34,7 @@ from checkpoint import RESUME_CHANGEABLE as _RESUME_CHANGEABLE  # (a leading _: 
 from checkpoint import Checkpoints, SignalStop, changed_keys, checkpoint_path, load_sharded, open_run
 from configurator import ConfigError, configure, run
 from data import Prefetcher, TokenData, default_data_dir, ensure_data, hf_of, to_device, training_vocab
-from distributed import setup, shard_model
+from distributed import checkpoint_blocks, compile_blocks, setup, shard_model
 from loop import trajectory_rng
 from model import GPT, GPTConfig
 from optim import is_sharded, lr_multiplier, make_optimizer, set_lr, train_step
@@ -171,9 +171,9 @@ def build(cfg, model_cfg, ckpt, env):
     raw_model.to(env.device)
     kernels.on_cpu(raw_model, env.device, cfg["cpu_kernels"] and not cfg["compile"])
     if cfg["compile"]:
-        raw_model.compile_blocks()
+        compile_blocks(raw_model)
     if cfg["activation_checkpointing"]:
-        raw_model.checkpoint_blocks()
+        checkpoint_blocks(raw_model)
     if cfg["fsdp"]:
         shard_model(raw_model, env.dtype)
     optimizer = make_optimizer(raw_model, cfg, env.device_type)

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import early_exit as ee
+import distributed
 import reference
 import train
 from loop import is_looped, trajectory_rng
@@ -91,7 +92,7 @@ def test_a_compiled_model_on_cuda_computes_what_the_eager_one_does(name):
         cfg["moe_dispatch"] = "batched"  # compiled grouped_mm needs bf16 (moe.resolve_dispatch); bf16 is tested below
     eager = GPT(GPTConfig(**reference.TINY, **cfg)).init_weights(0).cuda()
     compiled = copy.deepcopy(eager)
-    compiled.compile_blocks()
+    distributed.compile_blocks(compiled)
     x, y = reference.batch(1)
     assert not moved(run(compiled, x, y), run(eager, x, y))
 
@@ -107,7 +108,7 @@ def test_bf16_attention_takes_the_flash_kernel_and_grouped_experts_compile():
     x, y = (t.cuda() for t in reference.batch(2, rows=4, length=64))
     with torch.no_grad():
         fp32_loss = model(x, y)[1]
-    model.compile_blocks()
+    distributed.compile_blocks(model)
     with sdpa_kernel([SDPBackend.FLASH_ATTENTION]), torch.autocast("cuda", dtype=torch.bfloat16):
         _, loss, aux = model(x, y)
         (loss + sum(aux.values())).backward()

@@ -15,6 +15,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+import distributed  # noqa: E402
 import moe  # noqa: E402
 import routing  # noqa: E402
 import scaling  # noqa: E402
@@ -304,9 +305,9 @@ def test_activation_checkpointing_changes_nothing_but_memory(looped, compiled):
     for checkpointing in (False, True):
         model = GPT(cfg).init_weights(0)
         if compiled:
-            model.compile_blocks(backend="eager")
+            distributed.compile_blocks(model, backend="eager")
         if checkpointing:
-            model.checkpoint_blocks()
+            distributed.checkpoint_blocks(model)
         opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
         losses = [optim.train_step(model, opt, lambda i, x=x: (x, x.roll(-1, 1)))[0] for x in batches[:-1]]
         _, loss, aux = model(batches[-1], batches[-1].roll(-1, 1))
