@@ -699,6 +699,51 @@ class TokenData:
         return float(-(p * np.log(p)).sum())
 
 
+def load_for_run(cfg, env, T, run_tokens):
+    """A training run's TokenData (train.py): the token files of its settings (cfg), prepared by rank 0 first (a
+    stream only as far as the run draws: run_tokens and the validation set), checked to hold a window of T + 1
+    tokens of each split; one line (ConfigError) for what is missing. env: distributed.setup's."""
+    stream = cfg["data_source"] == "fineweb-edu"
+    need = dict(max_tokens=run_tokens, min_val_tokens=cfg["eval_tokens"] + 1) if stream else {}
+    data_dir = cfg["data_dir"] or default_data_dir(cfg["data_source"], cfg["tokenizer"], hf_of(cfg))
+
+    def prepare():
+        try:
+            ensure_data(data_dir, cfg["data_source"], cfg["tokenizer"], text_column=cfg["text_column"],
+                        hf=hf_of(cfg), **need)
+        except (FileNotFoundError, RuntimeError, ValueError) as e:  # their messages say what to do
+            raise ConfigError(f"data: {e}") from None
+        except OSError as e:  # data_dir under a file, on a read-only disk, ...
+            raise ConfigError(f"data: cannot prepare data in {data_dir!r} ({e.strerror}): choose another "
+                              "--data_dir") from None
+    if env.master:
+        prepare()
+    if env.ddp:
+        import torch.distributed as dist
+        dist.barrier()  # rank 0 prepares the token files once
+        if env.local_rank == 0 and not env.master:  # another node: finds rank 0's files on a shared filesystem, or
+            prepare()  # prepares the same ones on its own disk (the module docstring)
+        dist.barrier()
+    data = TokenData(data_dir, train_tokens=run_tokens if stream else None, verify_data=cfg["verify_data"] or None,
+                     say=env.say)
+    for split in ("train", "val"):
+        if len(data.splits[split]) <= T:
+            raise ConfigError(f"data: {data_dir} holds {len(data.splits[split]):,} {split} tokens, fewer than one "
+                              f"window of block_size+1 = {T + 1}: add text or lower --block_size")
+    if cfg["eval_tokens"] < T:
+        raise ConfigError(f"config error: --eval_tokens={cfg['eval_tokens']} is less than one validation window of "
+                          f"block_size={T} tokens: raise --eval_tokens or lower --block_size")
+    used, meta = len(data.splits["train"]), data.meta
+    if run_tokens > used:
+        more = " (the stream has no more)" if stream else ""
+        env.say(f"note: the data repeats: the run draws {run_tokens:,} training tokens from the {used:,} in "
+                f"{data_dir}, each about {run_tokens / used:.1f} times{more}")
+    share = f"the first {used:,} of " if used < meta["train_tokens"] else ""
+    env.say(f"data: {data_dir} ({meta['tokenizer']}, {share}{meta['train_tokens']:,} train / {meta['val_tokens']:,} "
+            f"val tokens), unigram entropy of the training tokens {data.unigram_entropy():.4f} nats")
+    return data
+
+
 def json_lines(path, advice, prefix=""):
     """(line number, row) of each non-blank line of a JSON-lines file; a line that is not JSON (or not UTF-8) stops
     in one line naming the file and line, then `advice`."""

@@ -33,7 +33,7 @@ import scaling
 from checkpoint import RESUME_CHANGEABLE as _RESUME_CHANGEABLE  # (a leading _: not a setting of this file)
 from checkpoint import Checkpoints, SignalStop, changed_keys, checkpoint_path, load_sharded, open_run
 from configurator import ConfigError, configure, run
-from data import Prefetcher, TokenData, default_data_dir, ensure_data, hf_of, to_device, training_vocab
+from data import Prefetcher, load_for_run, to_device, training_vocab
 from distributed import checkpoint_blocks, compile_blocks, setup, shard_model
 from loop import trajectory_rng
 from model import GPT, GPTConfig
@@ -209,48 +209,6 @@ def steps_for(cfg, raw_model):
     return cfg["max_iters"], tokens_per_step, flops_per_token
 
 
-def load_data(cfg, env, T, run_tokens):
-    """The token files, prepared by rank 0 (a stream only as far as the run draws: run_tokens and the val set)."""
-    stream = cfg["data_source"] == "fineweb-edu"
-    need = dict(max_tokens=run_tokens, min_val_tokens=cfg["eval_tokens"] + 1) if stream else {}
-    data_dir = cfg["data_dir"] or default_data_dir(cfg["data_source"], cfg["tokenizer"], hf_of(cfg))
-
-    def prepare():
-        try:
-            ensure_data(data_dir, cfg["data_source"], cfg["tokenizer"], text_column=cfg["text_column"],
-                        hf=hf_of(cfg), **need)
-        except (FileNotFoundError, RuntimeError, ValueError) as e:  # data.py's messages say what to do
-            raise ConfigError(f"data: {e}") from None
-        except OSError as e:  # data_dir under a file, on a read-only disk, ...
-            raise ConfigError(f"data: cannot prepare data in {data_dir!r} ({e.strerror}): choose another "
-                              "--data_dir") from None
-    if env.master:
-        prepare()
-    if env.ddp:
-        dist.barrier()  # rank 0 prepares the token files once
-        if env.local_rank == 0 and not env.master:  # another node: finds rank 0's files on a shared filesystem, or
-            prepare()  # prepares the same ones on its own disk (data.py's docstring)
-        dist.barrier()
-    data = TokenData(data_dir, train_tokens=run_tokens if stream else None, verify_data=cfg["verify_data"] or None,
-                     say=env.say)
-    for split in ("train", "val"):
-        if len(data.splits[split]) <= T:
-            raise ConfigError(f"data: {data_dir} holds {len(data.splits[split]):,} {split} tokens, fewer than one "
-                              f"window of block_size+1 = {T + 1}: add text or lower --block_size")
-    if cfg["eval_tokens"] < T:
-        raise ConfigError(f"config error: --eval_tokens={cfg['eval_tokens']} is less than one validation window of "
-                          f"block_size={T} tokens: raise --eval_tokens or lower --block_size")
-    used, meta = len(data.splits["train"]), data.meta
-    if run_tokens > used:
-        more = " (the stream has no more)" if stream else ""
-        env.say(f"note: the data repeats: the run draws {run_tokens:,} training tokens from the {used:,} in "
-                f"{data_dir}, each about {run_tokens / used:.1f} times{more}")
-    share = f"the first {used:,} of " if used < meta["train_tokens"] else ""
-    env.say(f"data: {data_dir} ({meta['tokenizer']}, {share}{meta['train_tokens']:,} train / {meta['val_tokens']:,} "
-            f"val tokens), unigram entropy of the training tokens {data.unigram_entropy():.4f} nats")
-    return data
-
-
 def main(argv=None):
     # ---- settings: this file's keys, GPTConfig's, a config file, --key=value; the run directory checked ----
     defaults = {k: v for k, v in globals().items() if not k.startswith("_")}
@@ -266,7 +224,7 @@ def main(argv=None):
     model, raw_model, optimizer, scaler, start_step, best_val = build(cfg, model_cfg, ckpt, env)
     T = model_cfg.block_size
     max_steps, tokens_per_step, flops_per_token = steps_for(cfg, raw_model)
-    data = load_data(cfg, env, T, max(max_steps * tokens_per_step, T + 1))  # the tokens the run draws
+    data = load_for_run(cfg, env, T, max(max_steps * tokens_per_step, T + 1))  # the tokens the run draws
     entropy = data.unigram_entropy()  # what a model that ignores the context scores: the collapse line
     log = RunLog(cfg, env, raw_model, data, start_step if ckpt is not None else None, changes,
                  ckpt.get("wall_s", 0.0) if ckpt is not None else 0.0)
