@@ -33,7 +33,6 @@ import itertools
 import json
 import os
 import re
-import shlex
 import subprocess
 import sys
 
@@ -61,16 +60,27 @@ class Repo:
         return out or None
 
     @functools.lru_cache(maxsize=None)
+    def blobs(self, commit):
+        """{path: blob id} of a commit's files (a file's text is parsed once per blob, not per commit)."""
+        return {line.split("\t", 1)[1]: line.split()[2] for line in self.git("ls-tree", "-r", commit).splitlines()}
+
+    @functools.lru_cache(maxsize=None)
+    def text(self, blob):
+        return self.git("cat-file", "blob", blob) if blob else ""
+
     def show(self, commit, path):
-        return self.git("show", f"{commit}:{path}", check=False)
+        return self.text(self.blobs(commit).get(path))
+
+    def summary(self, commit, path):
+        return summarize(self.text(self.blobs(commit).get(path)))
 
     @functools.lru_cache(maxsize=None)
     def diff(self, a, b, paths):
         """{file: the top-level names whose code differs} of the files that differ between commits a and b beyond
         comments and docstrings."""
         out = {}
-        for path in sorted(self.git("diff", "--name-only", a, b, "--", *paths).split()):
-            names = changed_names(self.show(a, path), self.show(b, path))
+        for path in sorted(p for p in paths if self.blobs(a).get(p) != self.blobs(b).get(p)):
+            names = changed_names(self.summary(a, path), self.summary(b, path))
             if names:
                 out[path] = names
         return out
@@ -78,89 +88,122 @@ class Repo:
     @functools.lru_cache(maxsize=None)
     def reach(self, commit):
         """What train.py can run at a commit (reached())."""
-        return reached({f: self.show(commit, f) for f in TRAINING_CODE})
+        return reached({f: self.summary(commit, f) for f in TRAINING_CODE})
 
 
-def top_level(source):
-    """{top-level name: its node} of a Python file, docstrings dropped; imports are "<imports>", an
-    `if __name__ == "__main__":` block "<main>", other statements "<module>". None when the text does not parse."""
+def top_name(node):
+    """The name a top-level statement is known by: a def's or class's name, an assignment's target; imports are
+    "<imports>", an `if __name__ == "__main__":` block "<main>", other statements "<module>"."""
+    targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return node.name
+    if isinstance(node, (ast.Assign, ast.AnnAssign)) and all(isinstance(t, ast.Name) for t in targets):
+        return " ".join(t.id for t in targets)
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        return "<imports>"
+    if isinstance(node, ast.If) and "__main__" in ast.dump(node.test):
+        return "<main>"
+    return "<module>"
+
+
+def statements(node):
+    """A statement and every statement nested in it (not expressions: cheaper than ast.walk)."""
+    yield node
+    for field in ("body", "orelse", "finalbody", "handlers", "cases"):
+        for child in getattr(node, field, None) or []:
+            if isinstance(child, ast.AST):
+                yield from statements(child)
+
+
+WORD, DOTTED = re.compile(r"[A-Za-z_]\w*"), re.compile(r"([A-Za-z_]\w*)\s*\.\s*([A-Za-z_]\w*)")
+
+
+@functools.lru_cache(maxsize=None)
+def summarize(source):
+    """A Python file as {top-level name: (its statements with docstrings dropped, the words of their text (a
+    superset of the names they use), the `name.attribute` pairs of their text)} and its imports {local name:
+    (module, name or None)}; None when the text does not parse."""
     try:
         tree = ast.parse(source)
     except SyntaxError:
         return None
-    for node in ast.walk(tree):
-        body = getattr(node, "body", None)
-        if (isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body
-                and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
-                and isinstance(body[0].value.value, str)):
-            node.body = body[1:] or [ast.Pass()]
-    out = {}
-    for node in tree.body:
-        targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            name = node.name
-        elif isinstance(node, (ast.Assign, ast.AnnAssign)) and all(isinstance(t, ast.Name) for t in targets):
-            name = " ".join(t.id for t in targets)
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            name = "<imports>"
-        elif isinstance(node, ast.If) and "__main__" in ast.dump(node.test):
-            name = "<main>"
-        else:
-            name = "<module>"
-        out.setdefault(name, []).append(node)
-    return out
+    imports, defs, lines = {}, {}, source.splitlines()
+    for top in tree.body:
+        if isinstance(top, ast.Expr) and isinstance(top.value, ast.Constant) and isinstance(top.value.value, str):
+            continue  # the module's docstring
+        nodes, names, attrs = defs.setdefault(top_name(top), ([], set(), set()))
+        nodes.append(top)
+        text = "\n".join(lines[top.lineno - 1:top.end_lineno])
+        names.update(WORD.findall(text))
+        attrs.update(DOTTED.findall(text))
+        for node in statements(top):
+            if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+                body = node.body
+                if isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant) \
+                        and isinstance(body[0].value.value, str):
+                    node.body = body[1:] or [ast.Pass()]
+            elif isinstance(node, ast.Import):
+                imports.update({a.asname or a.name: (a.name, None) for a in node.names})
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                imports.update({a.asname or a.name: (node.module, a.name) for a in node.names})
+    return {k: (Code(v[0], lines), v[1], v[2]) for k, v in defs.items()}, imports
+
+
+class Code:
+    """Statements compared by their syntax trees (ast.dump: no comments, no line numbers), dumped only when their
+    texts differ."""
+
+    def __init__(self, nodes, lines):
+        self.nodes = nodes
+        self.text = "\n".join("\n".join(lines[n.lineno - 1:n.end_lineno]) for n in nodes)
+
+    @functools.cached_property
+    def dump(self):
+        return [ast.dump(n) for n in self.nodes]
+
+    def __eq__(self, other):
+        return isinstance(other, Code) and (self.text == other.text or self.dump == other.dump)
 
 
 def changed_names(old, new):
-    """The sorted top-level names whose code differs between two versions of a file (comments, docstrings and
-    line numbers do not count); ["<text>"] when one does not parse as Python and the texts differ."""
-    a, b = top_level(old), top_level(new)
-    if a is None or b is None:
-        return ["<text>"] if old != new else []
-    dump = {k: [ast.dump(n) for n in v] for k, v in a.items()}, {k: [ast.dump(n) for n in v] for k, v in b.items()}
-    return sorted(k for k in set(a) | set(b) if dump[0].get(k) != dump[1].get(k))
+    """The sorted top-level names whose code differs between two summaries of a file (comments, docstrings and
+    line numbers do not count); ["<text>"] when one does not parse as Python."""
+    if old is None or new is None:
+        return ["<text>"]
+    return sorted(k for k in set(old[0]) | set(new[0]) if old[0].get(k, (None,))[0] != new[0].get(k, (None,))[0])
 
 
-def reached(sources):
+def reached(summaries):
     """{(file, top-level name)} that train.py can run, by static reference from train.py (all of it): a name a
     reached definition uses (bare, imported with `from M import name`, or as `M.name` of an imported module) is
-    reached, and so is every imported module's import-time code. sources: {file: text} of the training code."""
-    defs = {f: top_level(t) or {} for f, t in sources.items()}
-    aliases = {}  # per file: {local name: (file, name or None for a module)}
-    for f, tree in defs.items():
-        local = aliases.setdefault(f, {})
-        for node in ast.walk(ast.Module(body=[n for ns in tree.values() for n in ns], type_ignores=[])):
-            if isinstance(node, ast.Import):
-                for a in node.names:
-                    if a.name + ".py" in defs:
-                        local[a.asname or a.name] = (a.name + ".py", None)
-            elif isinstance(node, ast.ImportFrom) and (node.module or "") + ".py" in defs:
-                for a in node.names:
-                    local[a.asname or a.name] = (node.module + ".py", a.name)
+    reached, and so is every imported module's import-time code. summaries: {file: summarize(its text)}."""
+    defs = {f: (s or ({}, {}))[0] for f, s in summaries.items()}
+    aliases = {f: {k: (m + ".py", n) for k, (m, n) in (s or ({}, {}))[1].items() if m + ".py" in defs}
+               for f, s in summaries.items()}
     seen, todo = set(), [("train.py", name) for name in defs.get("train.py", {})]
     while todo:
         f, name = todo.pop()
         if (f, name) in seen or name not in defs.get(f, {}):
             continue
         seen.add((f, name))
+        _, names, attrs = defs[f][name]
         if name == "<imports>":
             todo += [(m, n) for m, _ in aliases[f].values() for n in ("<imports>", "<module>")]
-        for node in (x for n in defs[f][name] for x in ast.walk(n)):
-            if isinstance(node, ast.Name):
-                target = aliases[f].get(node.id)
-                todo += [(f, node.id)] + ([target] if target and target[1] else [])
-                if target:
-                    todo += [(target[0], "<imports>"), (target[0], "<module>")]
-            elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
-                target = aliases[f].get(node.value.id)
-                if target and target[1] is None:
-                    todo.append((target[0], node.attr))
+        for n in names:
+            target = aliases[f].get(n)
+            todo.append((f, n))
+            if target:
+                todo += [(target[0], "<imports>"), (target[0], "<module>")] + ([target] if target[1] else [])
+        for base, attr in attrs:
+            target = aliases[f].get(base)
+            if target and target[1] is None:
+                todo.append((target[0], attr))
     return seen
 
 
 def config_files(command):
     """The config files a row's command names (train.py's positional .py arguments)."""
-    args = shlex.split(command or "")
+    args = (command or "").split()  # config paths hold no spaces; shlex is slow over thousands of rows
     return [a for a in args if a.endswith(".py") and not a.startswith("-") and os.path.basename(a) != "train.py"]
 
 
@@ -237,13 +280,13 @@ def dumps(result):
     return re.sub(r"\[[^\[\]{}]*\]|\{[^\[\]{}]*\}", lambda m: json.dumps(json.loads(m.group(0))), text) + "\n"
 
 
-def main(argv):
+def main(argv, root=None):
     args = dict(a.removeprefix("--").partition("=")[::2] for a in argv)
     if set(args) - {"check", "out", "help"} or "help" in args:
         print(__doc__)
         return 0 if "help" in args else 2
     out = args.get("out") or "records/code_mix.json"
-    root = os.path.dirname(os.path.abspath(__file__))
+    root = root or os.path.dirname(os.path.abspath(__file__))
     text = dumps(audit(root))
     if "check" in args:
         with open(os.path.join(root, out)) as f:
