@@ -18,7 +18,7 @@ The folder holds
                            the run's tokenizer for transformers' AutoTokenizer, offline: GPT-2's byte-level BPE built
                            from the encoder.json and vocab.bpe that data.py's tiktoken encoding is built from, or the
                            byte tokenizer (a UTF-8 byte is its own id, 256 is end-of-text)
-    modeling_looped.py, model.py, loop.py, moe.py, kernels.py
+    modeling_looped.py, model.py, checks.py, loop.py, moe.py, kernels.py
                            the remote code: this repository's files with only their imports of each other made
                            relative (`from loop import` -> `from .loop import`), as transformers loads a package
 The way back reads config.json and model.safetensors into a run directory (ckpt.pt and config.json, as train.py
@@ -38,7 +38,7 @@ from configurator import ConfigError, configure, run
 from model import GPT, GPTConfig
 
 REPO = os.path.dirname(os.path.abspath(__file__))
-REMOTE_CODE = ("modeling_looped.py", "model.py", "loop.py", "moe.py", "kernels.py")
+REMOTE_CODE = ("modeling_looped.py", "model.py", "checks.py", "loop.py", "moe.py", "kernels.py")
 MODEL_TYPE = "looped_gpt"
 PREFIX = "gpt."  # the wrapper's attribute that holds our GPT
 EOT = "<|endoftext|>"

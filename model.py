@@ -23,9 +23,10 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from loop import (BETWEEN_PASSES, CONDITIONING, ELASTIC, RESIDUAL_RULES, TRAJECTORY_SAMPLERS, Label, LoopCond,  # noqa: F401
-                  ScalarEmbedder, add_aux, between_passes_kind, depth_lr_factor, make_plan, resolve_schedule)
-from moe import ROUTERS, make_ffn, update_biases
+from checks import check_combinations, check_keys
+from loop import (CONDITIONING, ELASTIC, RESIDUAL_RULES, Label, LoopCond, ScalarEmbedder, add_aux,  # noqa: F401
+                  between_passes_kind, depth_lr_factor, make_plan, resolve_schedule)
+from moe import make_ffn, update_biases
 
 
 @dataclass
@@ -111,52 +112,12 @@ class GPTConfig:
     moe_dispatch: str = "auto"  # auto | grouped (sort + grouped_mm) | batched (padded bmm) | loop (per expert)
 
     def __post_init__(self):
-        def need(cond, msg):
-            if not cond:
-                raise ValueError(f"GPTConfig: {msg}")
-        for key, allowed in CHOICES.items():
-            value = getattr(self, key)
-            need(value in allowed, f"{key} must be one of {' | '.join(allowed)}, got {value!r}")
-        for key in ("block_size", "vocab_size", "vocab_pad_multiple", "n_layer", "n_embd", "head_dim", "n_loop",
-                    "mup_base_width"):
-            need(getattr(self, key) >= 1, f"{key} must be >= 1, got {getattr(self, key)}")
-        for key in ("n_head", "d_ff", "n_prelude", "n_coda", "n_expert", "n_shared_expert", "moe_d_ff",
-                    "moe_first_dense", "q_lora_rank", "v_head_dim", "hc_lanes", "bptt_loops"):
-            need(getattr(self, key) >= 0, f"{key} must be >= 0, got {getattr(self, key)}")
-        # sizes beyond any model (--n_layer=1e9 is an int): one line here, not a build that overflows or never ends
-        for key, most in (("n_layer", 10_000), ("n_prelude", 10_000), ("n_coda", 10_000), ("n_embd", 2**20),
-                          ("head_dim", 2**20), ("n_head", 2**20), ("d_ff", 2**20), ("q_lora_rank", 2**20),
-                          ("kv_lora_rank", 2**20), ("rope_head_dim", 2**20), ("v_head_dim", 2**20), ("n_loop", 2**20),
-                          ("hc_lanes", 2**20), ("n_expert", 2**20), ("n_shared_expert", 2**20), ("moe_d_ff", 2**20)):
-            need(getattr(self, key) <= most, f"{key}={getattr(self, key)} is more than any model here builds "
-                 f"(at most {most:,})")
+        check_keys(self)  # each key alone: its choices and range (checks.py), before the sizes derived from them
         if self.n_head == 0:
-            need(self.n_embd % self.head_dim == 0, f"n_embd={self.n_embd} is not a multiple of head_dim="
-                 f"{self.head_dim}; set n_head or head_dim")
             self.n_head = self.n_embd // self.head_dim
         if self.d_ff == 0:
             self.d_ff = 64 * math.ceil(8 * self.n_embd / 3 / 64) if self.mlp == "swiglu" else 4 * self.n_embd
-        need(self.proj_init == "default" or self.init == "normal",
-             "proj_init='gpt2' scales the normal init: it needs init='normal'")
-        need(self.head_init_std >= 0, f"head_init_std must be >= 0, got {self.head_init_std}")
-        need(self.head_init_std == 0 or not self.tie_embeddings,
-             "head_init_std needs an untied head: with tie_embeddings=True the head is the token embedding")
-        need(self.rope_dim % 2 == 0 or self.pos_emb != "rope", "RoPE needs an even head_dim (rope_head_dim for MLA)")
-        need(self.attn == "mha" or (self.kv_lora_rank > 0 and self.rope_head_dim > 0 and not self.qk_norm),
-             "attn='mla' needs kv_lora_rank > 0, rope_head_dim > 0 and qk_norm=False")
-        need(self.n_expert == 0 or 1 <= self.top_k <= self.n_expert,
-             f"top_k={self.top_k} must be between 1 and n_expert={self.n_expert}")
-        need(self.n_expert == 0 or self.moe_d_ff or self.d_ff % (self.top_k + self.n_shared_expert) == 0,
-             f"d_ff={self.d_ff} is not divisible by top_k + n_shared_expert = {self.top_k + self.n_shared_expert}; "
-             "set moe_d_ff (the hidden size of one expert) explicitly")
-        # looping (loop.py): the checks of the registry rows this config picks
-        need(0 <= self.bptt_loops <= self.n_loop, f"bptt_loops={self.bptt_loops} must be in 0..n_loop={self.n_loop} "
-             "(0 = all)")
-        need(self.cond_lr_scale > 0, f"cond_lr_scale must be > 0 (1 = the model's LR), got {self.cond_lr_scale}")
-        need(self.elastic == "none" or self.n_loop >= 2, f"elastic={self.elastic!r} needs n_loop >= 2")
-        elastic = ELASTIC[self.elastic]
-        for problem in (between_passes_kind(self).check(self), elastic.check(self) if elastic else None):
-            need(problem is None, problem)
+        check_combinations(self)  # keys that constrain each other, and the checks of the registry rows picked
 
     @property
     def rope_dim(self):
@@ -174,17 +135,6 @@ class GPTConfig:
 
     def to_dict(self):
         return asdict(self)
-
-
-# the allowed values of GPTConfig's enum keys (checked when a config is made, so a typo stops before any work); the
-# registries of loop.py and moe.py are the choices themselves, so a row registered there is a valid value here
-CHOICES = dict(
-    mlp=("swiglu", "gelu", "relu2"), pos_emb=("rope", "learned"), attn=("mha", "mla"), init=("normal", "uniform"),
-    proj_init=("default", "gpt2"), injection=BETWEEN_PASSES, hc_pool=("mean", "sum"), residual_scaling=RESIDUAL_RULES,
-    loop_cond=CONDITIONING, cond_init=("zero", "normal"), elastic=ELASTIC, consistency_on=("hidden", "logits"),
-    trajectory_sampler=TRAJECTORY_SAMPLERS, moe_router=ROUTERS,
-    moe_dispatch=("auto", "grouped", "batched", "loop"),
-)
 
 
 # Parameters that write into the residual stream (names end so): attention and FFN output projections, MoE experts'

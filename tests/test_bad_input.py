@@ -17,7 +17,8 @@ import distributed
 import train
 from configurator import ConfigError, configure
 from model import GPT
-from model import CHOICES, GPTConfig
+from checks import CHOICES
+from model import GPTConfig
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TRAIN_DEFAULTS = {k: v for k, v in vars(train).items() if not k.startswith("_")}
