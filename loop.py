@@ -6,25 +6,17 @@ built here; a plain transformer is the one-pass plan:
               -> n_loop passes of the shared block (n_layer layers), each pass: inject -> layers -> [norm]
               -> coda (n_coda unshared layers) -> final norm -> head
 
-The registries (a config key picks one row; a new variant is one class or function plus one row, and GPTConfig
-accepts the row's name from then on, also one a test registers):
-- BETWEEN_PASSES (`injection`; hyper-connections when hc_lanes > 0): what enters each pass (Schwethelm et al. 2026,
-  arXiv:2604.21106): none ("passthrough", u = h), linear (u = W[e||h], W = [I|0] at init), additive (u = h + e).
-- CONDITIONING (`loop_cond`): per-pass conditioning of the shared blocks: index (TMLT: the loop index), loopformer
-  (time t and step size dt, Jeddi et al. 2026, arXiv:2602.11451), iteradaln (iteration + per-token state, Chen et
-  al. 2026, arXiv:2606.04438).
-- RESIDUAL_RULES (`residual_scaling`): the multiplier on the shared blocks' branches and its LR / eps rule (Wang et
-  al. 2026, arXiv:2606.18524).
-- ELASTIC (`elastic`): elastic-depth training objectives (shortcut consistency, early exit, random depth) and the
-  extra work each adds; TRAJECTORY_SAMPLERS (`trajectory_sampler`) draw LoopFormer's shortcut trajectories.
-Each row also holds what the rest of the house needs to know about it: its config check, its parameters' optimizer
-role or LR multiplier, its runs and extra multiply-adds for scaling.py (the one place that counts).
-
-Depth plans (config keys, not the papers' symbols; DESIGN.md maps them): full loop n_prelude = n_coda = 0 (Lee et
-al. 2026; Jeddi et al. 2026; Wang et al. 2026); prelude / recur / coda with injection, loop_norm, hyper-connections
-and truncated BPTT (bptt_loops) (Schwethelm et al. 2026); the sandwich loop of Chen et al. 2026 (prelude + shared
-block + coda, sandwich_norm, loop_cond="iteradaln"). Elastic depth: forward, generate and the walk take a schedule
-of step sizes (Jeddi et al. 2026, Algorithm 2).
+A config key picks one row of each registry; a new variant is one class or function plus one row (also one a test
+registers), which GPTConfig accepts from then on. A row holds all the rest of the house needs to know of it: its
+config check, its parameters' optimizer role or LR multiplier, its runs and extra multiply-adds (scaling.py counts).
+- BETWEEN_PASSES (`injection`; hyper-connections when hc_lanes > 0): what enters each pass (Schwethelm et al. 2026).
+- CONDITIONING (`loop_cond`): per-pass conditioning of the shared blocks (TMLT, LoopFormer, IterAdaLN).
+- RESIDUAL_RULES (`residual_scaling`): the shared blocks' branch multiplier and its LR / eps rule (Wang et al. 2026).
+- ELASTIC (`elastic`) and TRAJECTORY_SAMPLERS (`trajectory_sampler`): elastic-depth training (Jeddi et al. 2026).
+The papers' plans, as config keys (DESIGN.md maps their symbols): the full loop (Lee et al., Jeddi et al., Wang et
+al.: n_prelude = n_coda = 0); prelude / recur / coda with injection, loop_norm, hyper-connections and truncated BPTT
+(bptt_loops; Schwethelm et al.); the sandwich loop (Chen et al.: prelude + shared block + coda, sandwich_norm,
+loop_cond="iteradaln"). Elastic depth: forward, generate and the walk take a schedule of step sizes.
 
 This file imports no other file of the project: model.py builds on it.
 """

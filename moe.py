@@ -1,55 +1,27 @@
 """
-Mixture-of-experts FFN layers for plain and looped models: router, experts, dispatch, balancing.
+Mixture-of-experts FFN layers for plain and looped models:
 
-    y = sum_{i in top-k} g_i * FFN_i(x)  [+ sum_s FFN_s(x) for always-on shared experts]
+    y = sum_{i in top-k} g_i * FFN_i(x)  [+ FFN_shared(x): the always-on shared experts]
 
-Routing (one module, two papers):
-- softmax router (Lee et al. 2026, arXiv:2605.09165, §2): logits h = W_router x (no bias), top-k by logit,
-  gates = softmax over the k selected logits only; E=8, k=2, each expert a SwiGLU of hidden d_ff/k so the
-  active FFN parameters equal the dense FFN's.
-- sigmoid router (DeepSeek-V3, arXiv:2412.19437, as used by Chen et al. 2026, arXiv:2606.04438): scores
-  s = sigmoid(h), gates = the selected scores renormalised to sum 1; fine-grained experts plus shared experts.
-- Both: a per-expert bias b is added to the scores for the top-k *selection* only, never to the gate values, and
-  moved after each optimizer step by gamma*sign(mean load - load), then centred (aux-loss-free balancing, Wang et
-  al. 2024, arXiv:2408.15664). Ties in the (biased) scores go to the lower expert index (a stable sort), so
-  every dispatch path and the test reference pick the same experts.
+- Routers (ROUTERS, by config.moe_router): softmax (Lee et al. 2026, arXiv:2605.09165, §2) and sigmoid (DeepSeek-V3,
+  arXiv:2412.19437, as Chen et al. 2026, arXiv:2606.04438 use it, with fine-grained and shared experts). Both add a
+  per-expert bias to the scores for the top-k *selection* only, never to the gates, which update_biases moves after
+  each optimizer step (aux-loss-free balancing, Wang et al. 2024, arXiv:2408.15664). Ties go to the lower expert
+  index (a stable sort), so every dispatch path and the test reference pick the same experts.
+- Auxiliary losses (MoE.balance_losses), returned already weighted in the aux dict (the model sums them over layers
+  and passes): load balance (Switch), router z-loss (ST-MoE), sequence-wise balance (DeepSeek-V3).
+- Dispatch: every path sorts the N*K (token, slot) assignments by expert, runs the experts and combines the gated
+  outputs per token, never looping over tokens: "loop" (a Python loop over the experts: the readable path, and the
+  fastest on a CPU), "grouped" (torch grouped_mm: CUDA in bf16; static shapes, no host sync) and "batched" (a
+  zero-padded buffer and bmm: a compiled block on a CPU). "auto" picks by device, dtype and compilation
+  (resolve_dispatch; bench_moe.py measures them). Each path matches a float64 per-token reference in
+  tests/test_moe.py, values and gradients. A capacity factor (off by default) drops the slots beyond an expert's
+  capacity in slot order (earlier tokens first); grouped and loop still compute the dropped rows, with gate 0.
+- Counters: `expert_load` counts routed slots per expert in training steps only, once per token (not again when
+  activation checkpointing recomputes a forward: recomputing()); routing.py records what each call routed.
 
-Auxiliary losses (returned ALREADY WEIGHTED in the aux dict; the model sums them over layers and loops):
-- moe_lb = coef * E * sum_i f_i * p_i (Switch, Fedus et al. 2022): f_i = share of the N*k routed (token, slot)
-  assignments that go to expert i (sum f = 1, so the loss is 1 at perfect balance and E at total collapse with
-  k=1), p_i = mean router probability (full softmax; for the sigmoid router the scores normalised per token).
-- moe_z = coef * mean_tokens(logsumexp(h)^2) (ST-MoE, Zoph et al. 2022).
-- moe_seq = coef * mean_sequences(E * sum_i f_i * p_i) within each sequence (DeepSeek-V3's sequence-wise loss).
-
-Dispatch (shape suffixes: N tokens = B*T, C width, E experts, K = top_k, S = N*K (token, slot) assignments,
-H expert hidden, P padded rows per expert). All paths sort the S slots by expert (stable), run the experts, and
-combine the gated outputs per token; none loops over tokens.
-- "grouped": one torch grouped_mm per projection over the jagged expert groups. Static shapes, no host sync,
-  compiles (in bf16): the path for CUDA, where grouped_mm has a fast bf16 kernel.
-- "batched": copy the sorted rows into a zero-padded (E, P, C) buffer and run torch.bmm. P is the capacity
-  when moe_capacity_factor > 0 (static), else the largest load rounded up to 8 (one host sync), or N under
-  torch.compile. bmm uses the CPU's bf16 matrix units; it wastes E*P/S - 1 of its work on padding.
-- "loop": a Python loop over experts, plain matmuls on each expert's contiguous rows (exact sizes, one host
-  sync, graph breaks under compile): the readable path, and the fastest on CPU. In bf16/fp16 on CPU each
-  expert's rows are padded with zeros up to one of a few sizes (bucket()): oneDNN JIT-compiles a kernel for every
-  new matmul shape (several times the matmul itself at small widths), and expert loads change at every step.
-- "auto": on CUDA grouped in bf16 (else batched); on CPU loop, batched under compile: the fastest path that
-  bench_moe.py measured for each device and dtype (its output and the README hold the numbers). In bf16 on CPU
-  the MoE step's cost beyond the dense step is mostly per stored parameter, not matmuls: autocast's bf16 copies
-  of all E experts' weights and gradients, zero-fills, the concatenation, and AdamW over E/k times the dense FFN's
-  parameters. grouped_mm's CPU kernel does not use the bf16 matrix units.
-A capacity factor (off by default) drops the slots beyond an expert's capacity in slot order (earlier tokens
-first); grouped and loop still compute the dropped rows (gate 0) to keep their shapes simple. A float64
-per-token reference lives only in tests/test_moe.py; every path matches it (values and gradients).
-
-Counters and records:
-- `expert_load` (buffer, not saved) counts routed slots per expert, only in training with grad enabled (eval and
-  no-grad analyses never touch it), and not again when activation checkpointing recomputes a forward
-  (recomputing()); update_biases() turns it into the bias step with ONE all_reduce for all layers and zeroes it.
-  With DDP, wrap the model with broadcast_buffers=False: DDP otherwise copies rank 0's counters over the others'
-  at every forward (the bias itself stays equal on all ranks by construction).
-- routing records: while routing.record_routing(model) holds a list in `_records`, every MoE call appends what it
-  routed (routing.py). Capacity balancing (Chen et al. 2026) counts the built model: scaling.py.
+Shape suffixes: N tokens = B*T, C width, E experts, K = top_k, S = N*K slots, H expert hidden, U = 2H for SwiGLU's
+[value; gate] rows (else H), P padded rows per expert.
 """
 import contextlib
 import math
@@ -158,7 +130,10 @@ class MoE(nn.Module):
         return logits_NE, probs_NE, experts_NK, router.gates(logits_NE, scores_NE, experts_NK) * self.route_scale
 
     def balance_losses(self, logits_NE, probs_NE, experts_NK, load_E, B):
-        """The weighted auxiliary losses of this call (only the terms with a nonzero coefficient)."""
+        """The weighted auxiliary losses of this call (only the terms with a nonzero coefficient):
+        moe_lb = coef * E * sum_i f_i * p_i, f_i the share of the N*K routed slots that go to expert i (1 at perfect
+        balance, E at total collapse with K=1), p_i the mean router probability; moe_z = coef * mean(logsumexp(h)^2);
+        moe_seq = the same E * sum_i f_i * p_i within each sequence, averaged over the sequences."""
         E, K, N = self.n_expert, self.top_k, logits_NE.size(0)
         aux = {}
         if self.lb_coef:  # load balancing (Fedus et al. 2022; Lee et al. 2026, arXiv:2605.09165, §2)
