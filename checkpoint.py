@@ -1,5 +1,6 @@
 """
 Checkpoints and the rules that keep a run's work safe:
+- refusing training settings no run can use (check_training; GPTConfig's own refusals are checks.py's);
 - reading a run's checkpoint (one file, or the torch.distributed.checkpoint directory of an --fsdp run) and
   loading its model, as every script that reads a run does (load_model);
 - opening a run directory: a new run never replaces an existing one by accident, a resume continues only the
@@ -9,8 +10,10 @@ Checkpoints and the rules that keep a run's work safe:
 """
 import errno
 import fcntl
+import importlib.util
 import math
 import os
+import re
 import shutil
 import signal
 import warnings
@@ -100,12 +103,41 @@ RESUME_NEUTRAL = ("resume", "resume_changes", "overwrite", "out_dir", "log_inter
                    "wandb_run_name", "wandb_mode", "verify_data")
 
 
+# the settings a resumed run may change (--resume_changes), with a logged line: the rest must be the run's
 RESUME_CHANGEABLE = ("max_iters", "flops_budget", "eval_interval", "eval_tokens", "collapse_evals", "data_dir",
                       "device", "compile", "activation_checkpointing")
 
 
 def changed_keys(cfg):
     return [k.strip() for k in cfg["resume_changes"].split(",") if k.strip()]
+
+
+def check_training(cfg):
+    """train.py's keys that configure() cannot judge alone: ranges, the data source, the device, wandb, the keys
+    --resume_changes names."""
+    for key in ("batch_size", "grad_accum", "eval_interval", "eval_tokens", "log_interval"):
+        if cfg[key] < 1:
+            raise ConfigError(f"config error: --{key}={cfg[key]} must be >= 1")
+    for key in ("max_iters", "warmup_iters", "sample_tokens", "collapse_evals", "threads", "lr", "weight_decay",
+                "grad_clip", "flops_budget", "adam_eps", "seed"):
+        if cfg[key] < 0:
+            raise ConfigError(f"config error: --{key}={cfg[key]} must be >= 0")
+    for key in ("decay_frac", "min_lr_frac", "beta1", "beta2"):
+        if not 0 <= cfg[key] <= 1:
+            raise ConfigError(f"config error: --{key}={cfg[key]} must be between 0 and 1")
+    source = cfg["data_source"]
+    if source not in ("offline", "kjv", "shakespeare", "fineweb-edu") and not source.startswith("files:"):
+        raise ConfigError(f"config error: --data_source={source!r} is not one of offline | kjv | shakespeare | "
+                          "fineweb-edu | files:<glob>")
+    if not re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", cfg["device"]):
+        raise ConfigError(f"config error: --device={cfg['device']!r} is not one of auto | cpu | mps | cuda | cuda:N")
+    if cfg["wandb_project"] and importlib.util.find_spec("wandb") is None:
+        raise ConfigError("config error: --wandb_project needs the wandb package: pip install wandb (or drop "
+                          "--wandb_project; log.jsonl holds the same records)")
+    unknown = set(changed_keys(cfg)) - set(RESUME_CHANGEABLE)
+    if unknown:
+        raise ConfigError(f"config error: --resume_changes names {', '.join(sorted(unknown))}: only "
+                          f"{', '.join(RESUME_CHANGEABLE)} may change when a run resumes (start a new run instead)")
 
 
 def run_differences(ckpt, cfg, model_cfg):

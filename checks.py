@@ -1,9 +1,10 @@
 """
 GPTConfig's refusals: a model setting that no model here can build stops when the config is made, with one line
 that says what to do, before any work (a typo in a choice, a negative size, keys that contradict each other).
-model.py's GPTConfig calls check_keys before it derives n_head and d_ff, and check_combinations after. The choices of
-the looping and MoE keys are the registries of loop.py and moe.py themselves, so a row registered there (also by a
-test) is a valid value here, and its own check(cfg) runs with the rest.
+GPTConfig (model.py) calls check_keys before it derives n_head and d_ff, and check_combinations after (train.py's
+own keys: checkpoint.check_training). The choices of the looping and MoE keys are the registries of loop.py and
+moe.py themselves, so a row registered there (also by a test) is a valid value here, and its own check(cfg) runs
+with the rest.
 """
 from loop import BETWEEN_PASSES, CONDITIONING, ELASTIC, RESIDUAL_RULES, TRAJECTORY_SAMPLERS, between_passes_kind
 from moe import ROUTERS

@@ -607,11 +607,12 @@ def main_count(argv):
     from configurator import ConfigError, configure
     from model import GPTConfig
     import train
+    from checkpoint import check_training
     # train.py's keys are accepted too, so every training config counts as it is (its vocab_size, not the data's)
     cfg, model_cfg = configure({**train_defaults(), **COUNT_KEYS}, GPTConfig, argv, doc_source=train.__file__,
                                choices=train._CHOICES,
                                usage="python scaling.py count [config/file.py ...] [--key=value ...]")
-    train.check_config(cfg)  # what train.py would refuse is not counted either
+    check_training(cfg)  # what train.py would refuse is not counted either
     for key, least in (("seq_len", 0), ("gpus", 1)):
         if cfg[key] < least:
             raise ConfigError(f"config error: --{key}={cfg[key]} must be >= {least}")

@@ -123,13 +123,14 @@ def grid_points(spec):
 def point_settings(spec, point):
     """(train.py's config dict, GPTConfig) of a point: its config files, then the spec's common keys, then the
     point's overrides, parsed as train.py parses them. The vocabulary follows the tokenizer, as in train.py."""
+    from checkpoint import check_training
     from configurator import configure
     from model import GPTConfig
     from scaling import train_defaults
     import train as train_py
     argv = list(point.configs) + [cli_arg(k, v) for k, v in {**spec.get("common", {}), **point.overrides}.items()]
     train, model_cfg = configure(train_defaults(), GPTConfig, argv, doc_source=TRAIN_PY, choices=train_py._CHOICES)
-    train_py.check_config(train)  # what train.py would refuse stops the plan, before any run starts
+    check_training(train)  # what train.py would refuse stops the plan, before any run starts
     vocab = TOKENIZER_VOCAB.get(train["tokenizer"])
     if vocab is not None and model_cfg.vocab_size != vocab:
         model_cfg = dataclasses.replace(model_cfg, vocab_size=vocab)

@@ -21,17 +21,13 @@ A run directory (out_dir) holds ckpt.pt (with --fsdp: ckpt/, a torch.distributed
 sample.py and the analyses read as well), config.json, log.jsonl (one JSON object per logged step) and, at the end,
 result.json.
 """
-import importlib.util
-import re
-
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import kernels
 import scaling
-from checkpoint import RESUME_CHANGEABLE as _RESUME_CHANGEABLE  # (a leading _: not a setting of this file)
-from checkpoint import Checkpoints, SignalStop, changed_keys, checkpoint_path, load_sharded, open_run
+from checkpoint import Checkpoints, SignalStop, check_training, checkpoint_path, load_sharded, open_run
 from configurator import ConfigError, configure, run
 from data import Prefetcher, load_for_run, to_device, training_vocab
 from distributed import checkpoint_blocks, compile_blocks, setup, shard_model
@@ -95,33 +91,6 @@ seed = 1337  # seeds the init and the batch order
 _CHOICES = dict(tokenizer=("auto", "byte", "gpt2"), flops_convention=("lee", "schwethelm"),
                 optimizer=("adamw", "muonh"), schedule=("wsd_sqrt", "wsd_linear", "cosine", "linear", "constant"),
                 dtype=("auto", "float32", "bfloat16", "float16"), wandb_mode=("online", "offline"))
-
-
-def check_config(cfg):
-    """One line for the training keys that configure() cannot judge alone."""
-    for key in ("batch_size", "grad_accum", "eval_interval", "eval_tokens", "log_interval"):
-        if cfg[key] < 1:
-            raise ConfigError(f"config error: --{key}={cfg[key]} must be >= 1")
-    for key in ("max_iters", "warmup_iters", "sample_tokens", "collapse_evals", "threads", "lr", "weight_decay",
-                "grad_clip", "flops_budget", "adam_eps", "seed"):
-        if cfg[key] < 0:
-            raise ConfigError(f"config error: --{key}={cfg[key]} must be >= 0")
-    for key in ("decay_frac", "min_lr_frac", "beta1", "beta2"):
-        if not 0 <= cfg[key] <= 1:
-            raise ConfigError(f"config error: --{key}={cfg[key]} must be between 0 and 1")
-    source = cfg["data_source"]
-    if source not in ("offline", "kjv", "shakespeare", "fineweb-edu") and not source.startswith("files:"):
-        raise ConfigError(f"config error: --data_source={source!r} is not one of offline | kjv | shakespeare | "
-                          "fineweb-edu | files:<glob>")
-    if not re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", cfg["device"]):
-        raise ConfigError(f"config error: --device={cfg['device']!r} is not one of auto | cpu | mps | cuda | cuda:N")
-    if cfg["wandb_project"] and importlib.util.find_spec("wandb") is None:
-        raise ConfigError("config error: --wandb_project needs the wandb package: pip install wandb (or drop "
-                          "--wandb_project; log.jsonl holds the same records)")
-    unknown = set(changed_keys(cfg)) - set(_RESUME_CHANGEABLE)
-    if unknown:
-        raise ConfigError(f"config error: --resume_changes names {', '.join(sorted(unknown))}: only "
-                          f"{', '.join(_RESUME_CHANGEABLE)} may change when a run resumes (start a new run instead)")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -213,7 +182,7 @@ def main(argv=None):
     # ---- settings: this file's keys, GPTConfig's, a config file, --key=value; the run directory checked ----
     defaults = {k: v for k, v in globals().items() if not k.startswith("_")}
     cfg, model_cfg = configure(defaults, GPTConfig, argv, doc_source=__file__, choices=_CHOICES)
-    check_config(cfg)
+    check_training(cfg)  # the training keys configure() cannot judge alone: checkpoint.py
     env = setup(cfg)  # processes (torchrun), device, precision, threads: distributed.py
     set_vocab(cfg, model_cfg, env.say)
     ckpt, changes = open_run(cfg, model_cfg, env.master, env.say)  # refusals and resume checks: checkpoint.py

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 import analyze
 import early_exit
 import distributed
+import checkpoint
 import train
 from configurator import ConfigError, configure
 from model import GPT
@@ -48,7 +49,7 @@ def test_random_bad_keys_give_one_line_and_no_traceback(argv):
     try:
         cfg, model_cfg = configure(TRAIN_DEFAULTS, GPTConfig, argv, doc_source=train.__file__,
                                    choices=train._CHOICES)
-        train.check_config(cfg)
+        checkpoint.check_training(cfg)
         with torch.device("meta"):  # paper-size shapes cost nothing here
             GPT(model_cfg)
     except ConfigError as e:
@@ -70,7 +71,7 @@ def test_random_bad_keys_give_one_line_and_no_traceback(argv):
 def test_each_named_bad_input_says_what_is_wrong(argv, says):
     with pytest.raises(ConfigError, match=says.replace("(", r"\(").replace("|", r"\|")):
         cfg, _ = configure(TRAIN_DEFAULTS, GPTConfig, argv, doc_source=train.__file__, choices=train._CHOICES)
-        train.check_config(cfg)
+        checkpoint.check_training(cfg)
 
 
 def test_a_config_error_is_one_line_and_exit_code_2():
@@ -126,7 +127,7 @@ def test_a_broken_config_file_is_one_line_naming_it(tmp_path):
 def test_more_named_bad_inputs_are_one_line():
     with pytest.raises(ConfigError, match="--seed=-1 must be >= 0"):
         cfg, _ = configure(TRAIN_DEFAULTS, GPTConfig, ["--seed=-1"], doc_source=train.__file__, choices=train._CHOICES)
-        train.check_config(cfg)
+        checkpoint.check_training(cfg)
     if torch.cuda.device_count() < 8:
         with pytest.raises(ConfigError, match="--device=cuda:7: this machine has"):
             distributed.pick_device("cuda:7")
