@@ -37,14 +37,8 @@ import torch.nn.functional as F
 
 def expert_hidden(config):
     """Hidden size H of one expert: moe_d_ff, or d_ff / (top_k + n_shared_expert) so that the active FFN
-    parameters equal the dense FFN's (Lee et al. 2026: F_expert = F/k)."""
-    if config.moe_d_ff:
-        return config.moe_d_ff
-    active = config.top_k + config.n_shared_expert
-    if config.d_ff % active:
-        raise ValueError(f"d_ff={config.d_ff} is not divisible by top_k + n_shared_expert = {active}; "
-                         "set moe_d_ff (the hidden size of one expert) explicitly")
-    return config.d_ff // active
+    parameters equal the dense FFN's (Lee et al. 2026: F_expert = F/k; GPTConfig refuses a d_ff it does not divide)."""
+    return config.moe_d_ff or config.d_ff // (config.top_k + config.n_shared_expert)
 
 
 def make_ffn(config, layer_index):
@@ -104,16 +98,6 @@ class MoE(nn.Module):
         """Called by GPT.init_weights: a fresh model has zero bias and empty counters (also after to_empty())."""
         self.expert_bias.zero_()
         self.expert_load.zero_()
-
-    def param_counts(self):
-        """Stored and active (per token) parameters of this layer: active = router + top_k routed experts +
-        shared experts. The router counts in both."""
-        E = self.n_expert
-        per_expert = (self.w_up.numel() + self.w_down.numel()) // E
-        shared = sum(p.numel() for p in (self.shared_up, self.shared_down) if p is not None)
-        router = self.router.weight.numel()
-        return dict(stored=router + E * per_expert + shared, active=router + self.top_k * per_expert + shared,
-                    router=router, per_expert=per_expert, shared=shared)
 
     # ---- routing ----
     def route(self, x_NC):

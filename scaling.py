@@ -48,11 +48,22 @@ from moe import MoE
 Unit = namedtuple("Unit", "name kind stored active fwd bwd attn_width decode_attn_width", defaults=(0,))
 
 
+def moe_counts(layer):
+    """Stored and active (per token) parameters of an MoE layer (moe.MoE): active = router + top_k routed experts +
+    shared experts. The router counts in both."""
+    E = layer.n_expert
+    per_expert = (layer.w_up.numel() + layer.w_down.numel()) // E
+    shared = sum(p.numel() for p in (layer.shared_up, layer.shared_down) if p is not None)
+    router = layer.router.weight.numel()
+    return dict(stored=router + E * per_expert + shared, active=router + layer.top_k * per_expert + shared,
+                router=router, per_expert=per_expert, shared=shared)
+
+
 def _ffn_active_adjustment(block):
     """Active minus stored parameters of a block's FFN: negative for an MoE layer (only top_k experts run)."""
     if not isinstance(block.ffn, MoE):
         return 0
-    return block.ffn.param_counts()["active"] - sum(p.numel() for p in block.ffn.parameters())
+    return moe_counts(block.ffn)["active"] - sum(p.numel() for p in block.ffn.parameters())
 
 
 def block_executions(model, training=True, schedule=None):
@@ -445,7 +456,7 @@ def capacity_counts(config):
             continue  # a module listed twice in `blocks` is one layer that runs at both places
         layer = dict(attn=sum(p.numel() for p in block.attn.parameters()), runs=runs.pop(id(block)))
         if isinstance(block.ffn, MoE):
-            c = block.ffn.param_counts()
+            c = moe_counts(block.ffn)
             layer.update(per_expert=c["per_expert"], n_shared=c["shared"] // c["per_expert"],
                          router_row=block.ffn.router.in_features, hidden=block.ffn.w_down.size(-1))
         else:

@@ -222,11 +222,11 @@ def test_one_expert_top1_equals_dense_mlp(path):
 def test_expert_size_default_matches_active_dense_ffn():
     cfg = GPTConfig(n_embd=128, n_expert=8, top_k=2)
     assert cfg.d_ff == 384 and moe.expert_hidden(cfg) == 192
-    counts = moe.MoE(cfg).param_counts()
+    counts = scaling.moe_counts(moe.MoE(cfg))
     assert counts["active"] - counts["router"] == 3 * 128 * 384  # k experts = one dense FFN
     assert counts["stored"] == 8 * 128 + 8 * 3 * 128 * 192
-    with pytest.raises(ValueError, match="moe_d_ff"):
-        moe.expert_hidden(GPTConfig(n_embd=128, n_expert=8, top_k=5))
+    with pytest.raises(ValueError, match="moe_d_ff"):  # d_ff = 384 does not split into top_k = 5 experts
+        GPTConfig(n_embd=128, n_expert=8, top_k=5)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -628,15 +628,15 @@ def test_analytic_counts_match_the_modules(kw):
     assert report["N"] == count(model)
     assert attention_params(cfg) == count(model.blocks[-1].attn)
     layer = model.blocks[-1].ffn
-    assert layer.param_counts()["stored"] == count(layer)
-    assert layer.param_counts()["per_expert"] == expert_params(cfg)
+    assert scaling.moe_counts(layer)["stored"] == count(layer)
+    assert scaling.moe_counts(layer)["per_expert"] == expert_params(cfg)
     # A_attn counts every layer's attention, A_ffn the dense MLPs and the active experts of the MoE layers
     n_dense = cfg.moe_first_dense
     assert report["A_attn"] == cfg.n_layer * attention_params(cfg)
     assert report["A_ffn"] == (n_dense * ffn_params(cfg, cfg.d_ff)
                                + (cfg.n_layer - n_dense) * (cfg.top_k + cfg.n_shared_expert) * expert_params(cfg))
     # per-token executed params: everything but the inactive experts
-    inactive = sum(b.ffn.param_counts()["stored"] - b.ffn.param_counts()["active"]
+    inactive = sum(scaling.moe_counts(b.ffn)["stored"] - scaling.moe_counts(b.ffn)["active"]
                    for b in model.blocks if isinstance(b.ffn, moe.MoE))
     assert report["F"] == count(model) - inactive
 
@@ -658,13 +658,13 @@ PAPER_TABLE = [(128, 384, 16, 18, 23), (256, 704, 39, 45, 65), (384, 1024, 67, 8
 
 def paper_counts(d):
     """d_ff, active (16 effective layers), stored Looped-MoE (8 layers) and stored MoE (16 layers) params of the
-    paper's MoE models at width d, from MoE.param_counts(), without the router (the paper neglects it)."""
+    paper's MoE models at width d, from scaling.moe_counts, without the router (the paper neglects it)."""
     out = []
     for n_layer in (16, 8):
         cfg = GPTConfig(n_embd=d, n_layer=n_layer, vocab_size=50257, n_expert=8, top_k=2, block_size=1024)
         with torch.device("meta"):
             model = GPT(cfg)
-        counts = [m.param_counts() for m in moe.moe_layers(model)]
+        counts = [scaling.moe_counts(m) for m in moe.moe_layers(model)]
         stored = count(model) - sum(c["router"] for c in counts)
         active = stored - sum(c["stored"] - c["active"] for c in counts)
         out.append((cfg.d_ff, active, stored))
