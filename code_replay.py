@@ -1,0 +1,183 @@
+"""
+Does the code that differs between the commits of one comparison's rows change the numbers? (issue 30, item 3)
+
+code_audit.py finds rows of one seed whose training code differs between their commits; a rerun of every mixed
+comparison from one commit costs core-days. This is the cheap check in between: an arm's own row command is
+trained again, a few steps, from a clean checkout (`git worktree`) of each commit its comparison's rows come from,
+one thread, every step logged, and the training losses and gradient norms of the steps both reach are compared bit
+for bit. Identical for the first steps means the code difference does not touch this arm's arithmetic (rounding
+included: one changed order of a sum shows in the first step's last bits); a difference means the arm's rows would
+not be the same numbers from the other commit. It is evidence, not proof: code that runs only later in a run (the
+schedule's cool-down, a checkpoint, the final evaluation) is not reached; a "+dirty" row's uncommitted changes are
+lost, so it is replayed at its base commit.
+
+    python code_replay.py [--steps=20] [--timeout=90] [--only=REGEX] [--out=records/code_replay.json]
+
+PLAN names what is replayed (an arm of a rows file at the commits its comparisons mix, chosen from
+records/code_mix.json); each record cites the result beside the verdict it concerns.
+"""
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+WORK = "/tmp/code_replay"
+# (rows file, arch, commits, {commit: extra arguments}): an arm at each commit its comparison's rows come from; the
+# first is the control: c14cf27 computed IterAdaLN's modulation before the pre-norm (same math, other rounding), so
+# the check must find a difference there
+PLAN = [
+    ("records/chen2026/fidelity_cpu.jsonl", "iteradaln", ("5ae9420", "c14cf27"), {}),
+    ("records/chen2026/fidelity_cpu.jsonl", "vanilla", ("aa52c50", "d69bd1e"), {}),
+    ("records/chen2026/fidelity_cpu.jsonl", "iteradaln_loose", ("aa52c50", "d69bd1e"), {}),
+    ("records/chen2026/fidelity_cpu.jsonl", "loopmoe_loose", ("aa52c50", "d69bd1e"), {}),
+    ("records/jeddi2026/fidelity_cpu.jsonl", "plain_loop", ("aa52c50", "b8ad5e8"), {}),
+    ("records/jeddi2026/fidelity_cpu.jsonl", "loopformer_lr1", ("aa52c50", "b8ad5e8"),
+     {"b8ad5e8": ["--cond_lr_scale=1.0"]}),  # the one-LR LoopFormer at both: the preset's 0.1 came with b8ad5e8
+    ("records/jeddi2026/representation_cpu.jsonl", "loopformer_3200", ("dc5e118", "64cff20", "34593f0"), {}),
+    ("records/jeddi2026/representation_cpu.jsonl", "ee_loop_3200", ("dc5e118", "64cff20", "34593f0"), {}),
+    ("records/lee2026/early_exit_cpu.jsonl", "base16", ("c62a817", "f879f9a"), {}),
+    ("records/lee2026/early_exit_cpu.jsonl", "looped_moe8x2", ("c62a817", "f879f9a"), {}),
+    ("records/lee2026/isoflop_lr_pilot_cpu.jsonl", "base", ("335016e", "89c2691"), {}),
+    ("records/lee2026/isoflop_lr_pilot_cpu.jsonl", "looped_moe", ("335016e", "89c2691"), {}),
+    ("records/schwethelm2026/isodepth_cpu.jsonl", "r2", ("2364751", "453287b", "693e5ff", "335016e", "926cc4a",
+                                                         "0a3b264"), {}),
+    ("records/schwethelm2026/isodepth_cpu.jsonl", "r4", ("2364751", "453287b", "693e5ff", "335016e", "926cc4a",
+                                                         "0a3b264"), {}),
+    ("records/wang2026/lr_transfer_cpu.jsonl", "none", ("e5f0b52", "f9068c1"), {}),
+    ("records/wang2026/lr_transfer_cpu.jsonl", "linear", ("e5f0b52", "f9068c1"), {}),
+    ("records/wang2026/lr_transfer_cpu.jsonl", "factorized", ("e5f0b52", "f9068c1"), {}),
+]
+
+
+# (rows file, point): the control first; then the verdict-bearing "+dirty" rows whose retraining costs under 40
+# core-minutes together (by their process_s: 221 + 248 + 161 + 162 s, with the control's 183 s)
+TRACE = [
+    ("records/chen2026/fidelity_cpu.jsonl", "vanilla_s42"),
+    ("records/chen2026/fidelity_cpu.jsonl", "iteradaln_loose_s42"),
+    ("records/chen2026/fidelity_cpu.jsonl", "loopmoe_loose_s42"),
+    ("records/wang2026/lr_transfer_cpu.jsonl", "factorized_L4_N4_lr0.0226_s42"),
+    ("records/wang2026/lr_transfer_cpu.jsonl", "factorized_L4_N4_lr0.032_s42"),
+]
+
+
+def git(*args):
+    return subprocess.run(["git", "-C", ROOT, *args], check=True, capture_output=True, text=True).stdout.strip()
+
+
+def checkout(commit):
+    """A clean worktree of the commit, with the offline byte corpus copied in (a commit that re-prepares it writes
+    its own copy, never the shared one)."""
+    path = os.path.join(WORK, "wt", commit)
+    if not os.path.isdir(path):
+        git("worktree", "add", "--detach", path, commit)
+        shutil.copytree(os.path.join(ROOT, "data", "offline_byte"), os.path.join(path, "data", "offline_byte"))
+    return path
+
+
+def row_of(rows_file, arch):
+    """The arm's row whose run was shortest (process_s), or its first."""
+    with open(os.path.join(ROOT, rows_file)) as f:
+        rows = [r for r in map(json.loads, f) if r.get("arch") == arch and r.get("command")]
+    return min(rows, key=lambda r: r.get("process_s") or float("inf"))
+
+
+def replay(commit, command, out_dir, steps, timeout):
+    """[(step, loss, grad_norm)] of the first `steps` training steps of the command at the commit."""
+    args = [a for a in command.split() if not a.startswith("--out_dir=") and a != "--resume"]
+    args = [sys.executable] + args[args.index("train.py"):] + ["--log_interval=1", f"--out_dir={out_dir}"]
+    shutil.rmtree(out_dir, ignore_errors=True)
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    proc = subprocess.Popen(args, cwd=checkout(commit), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    log, got, start = os.path.join(out_dir, "log.jsonl"), [], time.time()
+    while proc.poll() is None and len(got) < steps and time.time() - start < timeout:
+        time.sleep(1)
+        if os.path.exists(log):
+            with open(log) as f:
+                got = [json.loads(line) for line in f if line.endswith("\n") and '"loss"' in line]
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    if not got:
+        raise RuntimeError(f"{commit}: {' '.join(args)}: no step logged\n{proc.stderr.read()[-2000:]}")
+    return [(r["step"], r["loss"], r.get("grad_norm")) for r in got[:steps]]
+
+
+def trace(args, result, out):
+    """Retrain TRACE's rows whole at their base commits (module docstring: the rule)."""
+    result.setdefault("traces", {})
+    for i, (rows_file, point) in enumerate(TRACE):
+        if not re.search(args.get("only", ""), f"{rows_file} {point}"):
+            continue
+        with open(os.path.join(ROOT, rows_file)) as f:
+            row = next(r for r in map(json.loads, f) if r["point"] == point)
+        commit, out_dir = row["git_rev"].removesuffix("+dirty"), os.path.join(WORK, "trace", point)
+        args_ = [a for a in row["command"].split() if not a.startswith("--out_dir=") and a != "--resume"]
+        args_ = [sys.executable] + args_[args_.index("train.py"):] + [f"--out_dir={out_dir}"]
+        shutil.rmtree(out_dir, ignore_errors=True)
+        t = time.time()
+        subprocess.run(args_, cwd=checkout(commit), env=dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1"),
+                       check=True, stdout=subprocess.DEVNULL)
+        with open(os.path.join(out_dir, "result.json")) as f:
+            again = json.load(f)
+        same = again["val_loss"] == row["val_loss"]
+        result["traces"][f"{rows_file} {point}"] = {
+            "git_rev": row["git_rev"], "retrained_at": commit, "control": i == 0, "val_loss_row": row["val_loss"],
+            "val_loss_retrained": again["val_loss"], "difference": again["val_loss"] - row["val_loss"],
+            "bit_for_bit": same, "process_s": time.time() - t}
+        print(f"{rows_file} {point} at {commit}: {again['val_loss']!r} against the row's {row['val_loss']!r}: "
+              f"{'the same' if same else 'differs'} ({time.time() - t:.0f} s)", flush=True)
+        with open(out, "w") as f:
+            json.dump(result, f, indent=1)
+            f.write("\n")
+        if i == 0 and not same:
+            print("the control does not repeat its row: this machine cannot trace the others; stopped")
+            return 1
+    return 0
+
+
+def main(argv):
+    args = dict(a.removeprefix("--").partition("=")[::2] for a in argv)
+    if set(args) - {"steps", "timeout", "only", "out", "trace"}:
+        print(__doc__)
+        return 2
+    steps, timeout = int(args.get("steps", 20)), float(args.get("timeout", 90))
+    out = os.path.join(ROOT, args.get("out") or "records/code_replay.json")
+    result = {"command": "python code_replay.py", "steps": steps, "replays": {}}
+    if os.path.exists(out):
+        with open(out) as f:
+            result = json.load(f)
+    if "trace" in args:
+        return trace(args, result, out)
+    for rows_file, arch, commits, extra in PLAN:
+        key = f"{rows_file} {arch} at {' '.join(commits)}"
+        if not re.search(args.get("only", ""), key):
+            continue
+        row = row_of(rows_file, arch)
+        runs = {}
+        for c in commits:
+            command = row["command"] + "".join(" " + a for a in extra.get(c, []))
+            t = time.time()
+            runs[c] = replay(c, command, os.path.join(WORK, "out", c, arch), steps, timeout)
+            print(f"{key} at {c}: {len(runs[c])} steps in {time.time() - t:.0f} s", flush=True)
+        n = min(len(v) for v in runs.values())
+        first = next((i for i in range(n) if len({tuple(v[i]) for v in runs.values()}) > 1), None)
+        result["replays"][key] = {
+            "point": row["point"], "git_rev": row["git_rev"], "extra": extra, "steps_compared": n,
+            "identical": first is None,
+            "first_difference": None if first is None else {c: v[first] for c, v in runs.items()},
+            "last_compared": {c: v[n - 1] for c, v in runs.items()}}
+        print(f"{key}: {'identical' if first is None else f'differs at step {first}'} over {n} steps", flush=True)
+        with open(out, "w") as f:
+            json.dump(result, f, indent=1)
+            f.write("\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
