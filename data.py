@@ -121,23 +121,23 @@ def get_tokenizer(name="gpt2"):
 TOKENIZER_VOCAB = {"byte": 257, "gpt2": 50257}  # n_vocab of each tokenizer, known without loading it
 
 
-def training_vocab(tokenizer, vocab_size):
-    """(tokenizer, vocab_size, note) a run trains with. The tokenizer decides the vocabulary: a named one replaces
-    a config's other vocab_size (a paper's vocabulary kept for accounting, or an explicit --tokenizer=byte), and the
-    note says so; "auto" (none named) is the byte tokenizer when vocab_size is its 257, and an error otherwise, which
-    says what to pass: never a silent change of vocabulary."""
+def training_vocab(tokenizer, vocab_size, say=print):
+    """(tokenizer, vocab_size) a run trains with (train.py, before it opens the run: a resumed run compares them).
+    The tokenizer decides the vocabulary: a named one replaces a config's other vocab_size (a paper's vocabulary kept
+    for accounting, or an explicit --tokenizer=byte), and a note says so; "auto" (none named) is the byte tokenizer
+    when vocab_size is its 257, and an error otherwise, which says what to pass: never a silent change of vocabulary."""
     if tokenizer == "auto":
         if vocab_size == TOKENIZER_VOCAB["byte"]:
-            return "byte", vocab_size, ""
+            return "byte", vocab_size
         named = [t for t, n in TOKENIZER_VOCAB.items() if n == vocab_size]
         hint = (f"--tokenizer={named[0]} (its vocabulary)" if named else
                 "--tokenizer=gpt2 (50,257 tokens)") + " or --tokenizer=byte (UTF-8 bytes, 257 tokens)"
-        raise ValueError(f"vocab_size={vocab_size} is set but no tokenizer: pass {hint}; the vocabulary follows "
-                         "the tokenizer")
+        raise ConfigError(f"config error: vocab_size={vocab_size} is set but no tokenizer: pass {hint}; the "
+                          "vocabulary follows the tokenizer")
     n_vocab = TOKENIZER_VOCAB[tokenizer]
-    note = (f"note: vocab_size={vocab_size} of the config is replaced by {n_vocab}, the {tokenizer} tokenizer's"
-            if vocab_size != n_vocab else "")
-    return tokenizer, n_vocab, note
+    if vocab_size != n_vocab:
+        say(f"note: vocab_size={vocab_size} of the config is replaced by {n_vocab}, the {tokenizer} tokenizer's")
+    return tokenizer, n_vocab
 
 
 def token_dtype(n_vocab):

@@ -460,10 +460,6 @@ def greedy_trajectory(n_loop, rng):
 TRAJECTORY_SAMPLERS = {"uniform": uniform_trajectory, "greedy": greedy_trajectory}
 
 
-def sample_trajectory(n_loop, rng, kind="uniform"):
-    return TRAJECTORY_SAMPLERS[kind](n_loop, rng)
-
-
 def trajectory_rng(seed, index):
     """The generator of the elastic objective's draws for one micro-batch (GPT.forward's rng): seeded by (seed, global
     micro-batch index), so resumed and DDP runs sample exactly what one uninterrupted process would."""

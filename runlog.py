@@ -1,7 +1,8 @@
 """
 The record of a training run: config.json, log.jsonl (one JSON object per logged step), the console line of each
-record, result.json at the end, and the run's clock (its throughput counts training time only; a resumed run adds
-the seconds its earlier segments trained). With --wandb_project every record also goes to a Weights & Biases run.
+record, result.json and a sample of text at the end, and the run's clock (its throughput counts training time only;
+a resumed run adds the seconds its earlier segments trained). With --wandb_project every record also goes to a
+Weights & Biases run.
 train.py makes one RunLog and calls it at its log, evaluation and end steps; rank 0 writes, every rank reads the
 scalars of a log line together (distributed.read_scalars).
 """
@@ -14,6 +15,7 @@ import time
 import torch
 
 import scaling
+from data import get_tokenizer
 from distributed import peak_flops, read_scalars
 
 
@@ -135,6 +137,18 @@ class RunLog:
     def close(self):
         if self.wandb is not None:
             self.wandb.finish()
+
+
+def print_sample(model, tokenizer, cfg, env):
+    """The run's closing sample: sample_tokens tokens after "And the", from the trained model."""
+    tok = get_tokenizer(tokenizer)
+    prompt = torch.tensor([tok.encode("And the")], device=env.device)
+    n = min(cfg["sample_tokens"], model.config.block_size - prompt.size(1))
+    g = torch.Generator(device=env.device).manual_seed(cfg["seed"])
+    model.eval()
+    with env.ctx:
+        out = model.generate(prompt, n, temperature=0.8, top_k=50, generator=g)
+    env.say("sample:\n" + tok.decode(out[0].tolist()))
 
 
 def describe(c):

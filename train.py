@@ -28,13 +28,13 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 import kernels
 import scaling
 from checkpoint import Checkpoints, SignalStop, check_training, checkpoint_path, load_sharded, open_run
-from configurator import ConfigError, configure, run
+from configurator import configure, run
 from data import Prefetcher, load_for_run, to_device, training_vocab
 from distributed import checkpoint_blocks, compile_blocks, setup, shard_model
 from loop import trajectory_rng
 from model import GPT, GPTConfig
 from optim import is_sharded, lr_multiplier, make_optimizer, set_lr, train_step
-from runlog import RunLog
+from runlog import RunLog, print_sample
 
 # ---------------------------------------------------------------------------------------------------------------
 # defaults (the model's keys are GPTConfig's, in model.py; `python train.py --help` lists everything)
@@ -95,17 +95,6 @@ _CHOICES = dict(tokenizer=("auto", "byte", "gpt2"), flops_convention=("lee", "sc
 
 # ---------------------------------------------------------------------------------------------------------------
 # the run's parts, in the order main uses them
-
-def set_vocab(cfg, model_cfg, say):
-    """The vocabulary the tokenizer gives (data.training_vocab), before open_run: a resumed run compares the
-    tokenizer it trained with."""
-    try:
-        cfg["tokenizer"], model_cfg.vocab_size, note = training_vocab(cfg["tokenizer"], model_cfg.vocab_size)
-    except ValueError as e:
-        raise ConfigError(f"config error: {e}") from None
-    if note:
-        say(note)
-
 
 @torch.no_grad()
 def evaluate(model, data, cfg, env):
@@ -184,7 +173,7 @@ def main(argv=None):
     cfg, model_cfg = configure(defaults, GPTConfig, argv, doc_source=__file__, choices=_CHOICES)
     check_training(cfg)  # the training keys configure() cannot judge alone: checkpoint.py
     env = setup(cfg)  # processes (torchrun), device, precision, threads: distributed.py
-    set_vocab(cfg, model_cfg, env.say)
+    cfg["tokenizer"], model_cfg.vocab_size = training_vocab(cfg["tokenizer"], model_cfg.vocab_size, env.say)
     ckpt, changes = open_run(cfg, model_cfg, env.master, env.say)  # refusals and resume checks: checkpoint.py
     if ckpt is not None:
         model_cfg = GPTConfig(**ckpt["model_config"])
@@ -255,18 +244,6 @@ def main(argv=None):
     if env.ddp:
         dist.barrier()  # tear down together: a rank that leaves while the other still works can abort in gloo
         dist.destroy_process_group()
-
-
-def print_sample(model, tokenizer, cfg, env):
-    from data import get_tokenizer
-    tok = get_tokenizer(tokenizer)
-    prompt = torch.tensor([tok.encode("And the")], device=env.device)
-    n = min(cfg["sample_tokens"], model.config.block_size - prompt.size(1))
-    g = torch.Generator(device=env.device).manual_seed(cfg["seed"])
-    model.eval()
-    with env.ctx:
-        out = model.generate(prompt, n, temperature=0.8, top_k=50, generator=g)
-    env.say("sample:\n" + tok.decode(out[0].tolist()))
 
 
 if __name__ == "__main__":

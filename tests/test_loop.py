@@ -16,7 +16,7 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import distributed  # noqa: E402
 import loop  # noqa: E402
-from loop import HyperConnections, sample_trajectory  # noqa: E402
+from loop import TRAJECTORY_SAMPLERS, HyperConnections  # noqa: E402
 import optim  # noqa: E402
 import scaling  # noqa: E402
 from optim import MuonH, MuonHAdamW  # noqa: E402
@@ -414,11 +414,11 @@ def test_trajectory_sampler_multiples_of_1_over_L_and_every_length(kind):
     rng = np.random.default_rng(0)
     lengths = set()
     for _ in range(600):
-        units = sample_trajectory(L, rng, kind)
+        units = TRAJECTORY_SAMPLERS[kind](L, rng)
         assert sum(units) == L and min(units) >= 1 and all(isinstance(u, int) for u in units)
         lengths.add(len(units))
     assert lengths == set(range(1, L))
-    a = [sample_trajectory(L, np.random.default_rng([3, 7]), kind) for _ in range(2)]
+    a = [TRAJECTORY_SAMPLERS[kind](L, np.random.default_rng([3, 7])) for _ in range(2)]
     assert a[0] == a[1]
 
 
@@ -446,7 +446,7 @@ def trajectory_counts(L, kind, n, seed=0):
     rng = np.random.default_rng(seed)
     counts = dict.fromkeys(compositions(L), 0)
     for _ in range(n):
-        counts[tuple(sample_trajectory(L, rng, kind))] += 1  # a KeyError would be an impossible trajectory
+        counts[tuple(TRAJECTORY_SAMPLERS[kind](L, rng))] += 1  # a KeyError would be an impossible trajectory
     return counts
 
 
@@ -489,7 +489,7 @@ def test_loopformer_objective_terms():
     m = make(n_loop=4, loop_cond="loopformer", cond_init="normal", elastic="shortcut").train()
     idx = tokens()
     logits, loss, aux = m(idx, idx, rng=loop.trajectory_rng(1, 5))
-    units = sample_trajectory(4, np.random.default_rng([1, 5, 0x100F]), "uniform")
+    units = TRAJECTORY_SAMPLERS["uniform"](4, np.random.default_rng([1, 5, 0x100F]))
     assert units != [1, 1, 1, 1] and sum(units) == 4  # a real shortcut, so that the two branches differ
     x, rope = m.embed(idx), m.rope(0, T)
     h_long = loop.last(m.walk(x, rope))[1]
