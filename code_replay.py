@@ -65,6 +65,13 @@ TRACE = [
 ]
 
 
+# (rows file, point): retrained whole at the row's base commit, no control (--rerun above)
+RERUN = [
+    ("records/chen2026/fidelity_cpu.jsonl", "iteradaln_loose_s42"),
+    ("records/chen2026/fidelity_cpu.jsonl", "loopmoe_loose_s42"),
+]
+
+
 def git(*args):
     return subprocess.run(["git", "-C", ROOT, *args], check=True, capture_output=True, text=True).stdout.strip()
 
@@ -108,10 +115,11 @@ def replay(commit, command, out_dir, steps, timeout):
     return [(r["step"], r["loss"], r.get("grad_norm")) for r in got[:steps]]
 
 
-def trace(args, result, out):
-    """Retrain TRACE's rows whole at their base commits (module docstring: the rule)."""
-    result.setdefault("traces", {})
-    for i, (rows_file, point) in enumerate(TRACE):
+def trace(args, result, out, rows=TRACE, key="traces", control=True):
+    """Retrain rows whole at their base commits, the first a control unless control=False (module docstring: the
+    rules of --trace and --rerun)."""
+    result.setdefault(key, {})
+    for i, (rows_file, point) in enumerate(rows):
         if not re.search(args.get("only", ""), f"{rows_file} {point}"):
             continue
         with open(os.path.join(ROOT, rows_file)) as f:
@@ -126,16 +134,16 @@ def trace(args, result, out):
         with open(os.path.join(out_dir, "result.json")) as f:
             again = json.load(f)
         same = again["val_loss"] == row["val_loss"]
-        result["traces"][f"{rows_file} {point}"] = {
-            "git_rev": row["git_rev"], "retrained_at": commit, "control": i == 0, "val_loss_row": row["val_loss"],
-            "val_loss_retrained": again["val_loss"], "difference": again["val_loss"] - row["val_loss"],
-            "bit_for_bit": same, "process_s": time.time() - t}
+        result[key][f"{rows_file} {point}"] = {
+            "git_rev": row["git_rev"], "retrained_at": commit, "control": control and i == 0,
+            "val_loss_row": row["val_loss"], "val_loss_retrained": again["val_loss"],
+            "difference": again["val_loss"] - row["val_loss"], "bit_for_bit": same, "process_s": time.time() - t}
         print(f"{rows_file} {point} at {commit}: {again['val_loss']!r} against the row's {row['val_loss']!r}: "
               f"{'the same' if same else 'differs'} ({time.time() - t:.0f} s)", flush=True)
         with open(out, "w") as f:
             json.dump(result, f, indent=1)
             f.write("\n")
-        if i == 0 and not same:
+        if control and i == 0 and not same:
             print("the control does not repeat its row: this machine cannot trace the others; stopped")
             return 1
     return 0
@@ -143,7 +151,7 @@ def trace(args, result, out):
 
 def main(argv):
     args = dict(a.removeprefix("--").partition("=")[::2] for a in argv)
-    if set(args) - {"steps", "timeout", "only", "out", "trace"}:
+    if set(args) - {"steps", "timeout", "only", "out", "trace", "rerun"}:
         print(__doc__)
         return 2
     steps, timeout = int(args.get("steps", 20)), float(args.get("timeout", 90))
@@ -154,6 +162,8 @@ def main(argv):
             result = json.load(f)
     if "trace" in args:
         return trace(args, result, out)
+    if "rerun" in args:
+        return trace(args, result, out, RERUN, "reruns", control=False)
     for rows_file, arch, commits, extra in PLAN:
         key = f"{rows_file} {arch} at {' '.join(commits)}"
         if not re.search(args.get("only", ""), key):
