@@ -74,7 +74,7 @@ def make_steps(model, dtype, dev):
         fwd_bwd()
         opt.step()
         opt.zero_grad(set_to_none=True)
-        model.after_optimizer_step(1)
+        moe.update_biases(model)
 
     def fwd_bwd_only():
         fwd_bwd()

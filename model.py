@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from checks import check_combinations, check_keys
 from loop import (CONDITIONING, ELASTIC, RESIDUAL_RULES, Label, LoopCond, ScalarEmbedder, add_aux,  # noqa: F401
                   between_passes_kind, depth_lr_factor, make_plan, resolve_schedule)
-from moe import make_ffn, update_biases
+from moe import make_ffn
 
 
 @dataclass
@@ -530,11 +530,6 @@ class GPT(nn.Module):
     def n_slots(self, schedule=None):
         """KV-cache slots: one per step of the plan."""
         return len(self.plan(schedule))
-
-    def after_optimizer_step(self, world_size=1, skipped=None):
-        """Work that follows each optimizer step: the bias-balancing update of MoE routers (moe.py); skipped: a
-        bool tensor, True for a step fp16's loss scaler skipped (no bias step then either)."""
-        update_biases(self, world_size, skipped)
 
     # ---- the depth walk ----
     def embed(self, idx, pos=0):

@@ -6,13 +6,15 @@ Optimizers, learning-rate schedules and the one training step that train.py, ana
 - lr_multiplier: warm-up, then WSD (sqrt or linear cool-down), cosine, linear or constant.
 - decay_weights: independent weight decay, theta <- theta*(1 - wd*s_t).
 - train_step: forward and backward over the micro-batches of one step, clipping, decay, the optimizer step and
-  the model's own after-step work (MoE bias balancing).
+  the MoE routers' bias balancing.
 """
 import math
 from contextlib import nullcontext
 
 import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
+
+from moe import update_biases
 
 
 # -----------------------------------------------------------------------------------------------------------------
@@ -85,8 +87,8 @@ def train_step(model, optimizer, get_batch, accum=1, ctx=nullcontext(), grad_cli
                schedule=1.0, world_size=1, rng=None, scaler=None):
     """One optimizer step: forward and backward over `accum` micro-batches (get_batch(i) -> (x, y)), each scaled
     by 1/accum, with rng(i) the random generator of micro-batch i for an elastic objective (forward's rng; None:
-    fresh entropy, loop.py); gradient clipping; independent weight decay (0 = none); the optimizer step; the model's
-    after-step work. With DDP or FSDP only the last micro-batch synchronises gradients. scaler: fp16's
+    fresh entropy, loop.py); gradient clipping; independent weight decay (0 = none); the optimizer step; the MoE
+    routers' bias step. With DDP or FSDP only the last micro-batch synchronises gradients. scaler: fp16's
     torch.amp.GradScaler (the loss scaled up for the backward, the gradients unscaled before clipping; a step whose
     gradients hold an inf or NaN is skipped with its weight decay and MoE bias step, and the scale lowered).
     Returns the mean loss and the mean auxiliary losses as tensors on the device (no host sync) and the gradient
@@ -124,7 +126,7 @@ def train_step(model, optimizer, get_batch, accum=1, ctx=nullcontext(), grad_cli
     else:
         optimizer.step()
     optimizer.zero_grad(set_to_none=True)
-    raw.after_optimizer_step(world_size, skipped)
+    update_biases(raw, world_size, skipped)  # MoE routers' bias balancing (moe.py): after each optimizer step
     return loss_sum, aux_sums, grad_norm
 
 
