@@ -4,20 +4,26 @@ rows from one commit of the code).
 
 Each row of records/<paper>/*.jsonl records `git_rev` (HEAD when its sweep started; "+dirty" when the tree had
 uncommitted changes) and `command`. The rows of one comparison often come from several commits, and a change of
-rounding alone (commit c14cf27: same math, another order of operations) moved one run by 0.16 nats. This script
-lists, for every rows file and every seed (the rows one verdict compares at one seed, and a fit's rows at one seed),
-the commits of its rows and whether the *training code* differs between each pair of them:
+rounding alone (the same math in another order) moves a looped run by as much as a new seed (records/chen2026.md:
+0.05-0.07 nats for Chen et al.'s looped rungs). This script lists, for every rows file and every seed (the rows
+one verdict compares at one seed, and a fit's rows at one seed), the commits of its rows and whether the
+*training code* differs between each pair of them:
 
-    git diff --name-only A B -- TRAINING_CODE + the config files the rows' commands name
+    the files of TRAINING_CODE and the config files the rows' commands name (with the configs they exec) that
+    differ between commits A and B (their git blobs), and in each the top-level definitions whose syntax trees
+    differ (ast.dump with docstrings dropped: a change of comments, docstrings or line numbers is no difference)
 
 TRAINING_CODE is every root file train.py imports at its top, at any commit a row names (checked: no root .py file
 was ever deleted or renamed, so code split out of train.py or model.py later is caught as a new file in the diff);
 scaling.py's lazy imports of fits.py, figures.py and sweep.py run only from its command line, never in training.
-A config file's exec(open(...)) of another config is followed at each commit.
 
-A "+dirty" rev cannot be traced (its uncommitted changes are lost): it is listed as untraceable, and compared at
-its base commit. A group's `same_training_code` is false when two of its commits (at their base) differ, else
-"untraceable" when one of its revs is dirty, else true.
+Fields of a group (one rows file, one seed): `commits` (rows per git_rev), `n_commits`, `same_training_code` (false
+when two of its commits, at their base, differ; else "untraceable" when it holds more than one rev and one is
+"+dirty"; else true), `files_differ`, `differs` ({commit pair: {file: definitions}}), and the same restricted to
+train.py's path: `same_code_run`, `files_differ_run`, `differs_run` (the definitions train.py reaches from any of
+its own by a name in their text: a superset of what it calls; imports excluded). A "+dirty" rev cannot be traced
+(its uncommitted changes are lost): it is listed in `untraceable` and compared at its base commit. `arms` gives the
+rows per git_rev of each arch.
 
     python code_audit.py                          write records/code_mix.json
     python code_audit.py --check                  exit 1 when records/code_mix.json differs from what it computes
