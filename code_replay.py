@@ -76,12 +76,16 @@ def git(*args):
     return subprocess.run(["git", "-C", ROOT, *args], check=True, capture_output=True, text=True).stdout.strip()
 
 
+CHECKOUTS = []  # the worktrees this process made, removed when it ends
+
+
 def checkout(commit):
     """A clean worktree of the commit, with the offline byte corpus copied in (a commit that re-prepares it writes
     its own copy, never the shared one)."""
     path = os.path.join(WORK, "wt", commit)
     if not os.path.isdir(path):
         git("worktree", "add", "--detach", path, commit)
+        CHECKOUTS.append(path)
         shutil.copytree(os.path.join(ROOT, "data", "offline_byte"), os.path.join(path, "data", "offline_byte"))
     return path
 
@@ -190,4 +194,8 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    try:
+        sys.exit(main(sys.argv[1:]))
+    finally:
+        for path in CHECKOUTS:
+            git("worktree", "remove", "--force", path)
