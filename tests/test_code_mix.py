@@ -113,6 +113,8 @@ def test_check_fails_on_a_stale_audit(planted, tmp_path):
 
 @pytest.fixture(scope="module")
 def today():
+    if git(ROOT, "rev-parse", "--is-shallow-repository") == "true":
+        pytest.skip("a shallow clone lacks the commits the rows name (git fetch --unshallow)")
     return code_audit.audit(ROOT)
 
 
