@@ -13,8 +13,10 @@ one verdict compares at one seed, and a fit's rows at one seed), the commits of 
     differ between commits A and B (their git blobs), and in each the top-level definitions whose syntax trees
     differ (ast.dump with docstrings dropped: a change of comments, docstrings or line numbers is no difference)
 
-TRAINING_CODE is every root file train.py imports at its top, at any commit a row names (checked: no root .py file
-was ever deleted or renamed, so code split out of train.py or model.py later is caught as a new file in the diff);
+TRAINING_CODE is every root file train.py imported at its top at the commits the rows of 2026-11-26 name (checked:
+no root .py file was ever deleted or renamed, so code split out of train.py or model.py later is caught as a new
+file in the diff); at each commit the audit adds any other root file train.py imports there, through the top-level
+imports of what it imports (a file split out later, such as runlog.py, counts from the commits that have it).
 scaling.py's lazy imports of fits.py, figures.py and sweep.py run only from its command line, never in training.
 
 Fields of a group (one rows file, one seed): `commits` (rows per git_rev), `n_commits`, `same_training_code` (false
@@ -92,9 +94,23 @@ class Repo:
         return out
 
     @functools.lru_cache(maxsize=None)
+    def training_files(self, commit):
+        """TRAINING_CODE and every root file train.py imports at the commit, through the top-level imports of the
+        files it imports (a file split out later, such as runlog.py, counts from the commit that has it)."""
+        files = set(TRAINING_CODE)
+        todo = [f for f in TRAINING_CODE if f in self.blobs(commit)]
+        while todo:
+            summary = self.summary(commit, todo.pop())
+            for module in (summary[2] if summary else ()):
+                if module + ".py" in self.blobs(commit) and module + ".py" not in files:
+                    files.add(module + ".py")
+                    todo.append(module + ".py")
+        return frozenset(files)
+
+    @functools.lru_cache(maxsize=None)
     def reach(self, commit):
         """What train.py can run at a commit (reached())."""
-        return reached({f: self.summary(commit, f) for f in TRAINING_CODE})
+        return reached({f: self.summary(commit, f) for f in self.training_files(commit)})
 
 
 def top_name(node):
@@ -128,12 +144,15 @@ WORD, DOTTED = re.compile(r"[A-Za-z_]\w*"), re.compile(r"([A-Za-z_]\w*)\s*\.\s*(
 def summarize(source):
     """A Python file as {top-level name: (its statements with docstrings dropped, the words of their text (a
     superset of the names they use), the `name.attribute` pairs of their text)} and its imports {local name:
-    (module, name or None)}; None when the text does not parse."""
+    (module, name or None)} and the modules its top-level statements import (what importing it runs); None when the
+    text does not parse."""
     try:
         tree = ast.parse(source)
     except SyntaxError:
         return None
     imports, defs, lines = {}, {}, source.splitlines()
+    at_top = {a.name for t in tree.body if isinstance(t, ast.Import) for a in t.names}
+    at_top |= {t.module for t in tree.body if isinstance(t, ast.ImportFrom) and t.module and not t.level}
     for top in tree.body:
         if isinstance(top, ast.Expr) and isinstance(top.value, ast.Constant) and isinstance(top.value.value, str):
             continue  # the module's docstring
@@ -152,7 +171,7 @@ def summarize(source):
                 imports.update({a.asname or a.name: (a.name, None) for a in node.names})
             elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
                 imports.update({a.asname or a.name: (node.module, a.name) for a in node.names})
-    return {k: (Code(v[0], lines), v[1], v[2]) for k, v in defs.items()}, imports
+    return {k: (Code(v[0], lines), v[1], v[2]) for k, v in defs.items()}, imports, at_top
 
 
 class Code:
@@ -234,7 +253,8 @@ def audit_group(repo, rows):
     base = {rev: repo.commit(rev.removesuffix("+dirty")) for rev in revs}
     commits = sorted({c for c in base.values() if c})
     configs = with_execs(repo, commits, sorted({p for r in rows for p in config_files(r.get("command"))}))
-    paths = tuple(TRAINING_CODE) + tuple(configs)
+    code = sorted(set().union(*(repo.training_files(c) for c in commits))) if commits else list(TRAINING_CODE)
+    paths = tuple(code) + tuple(configs)
     differs, runs = {}, {}
     for a, b in itertools.combinations(commits, 2):
         files = repo.diff(a, b, paths)
@@ -242,7 +262,7 @@ def audit_group(repo, rows):
             pair = f"{a[:10]} {b[:10]}"
             differs[pair] = files
             ran = repo.reach(a) | repo.reach(b)
-            run = {f: [n for n in names if f not in TRAINING_CODE or (f, n) in ran and n != "<imports>"]
+            run = {f: [n for n in names if f not in code or (f, n) in ran and n != "<imports>"]
                    for f, names in files.items()}
             if any(run.values()):
                 runs[pair] = {f: names for f, names in run.items() if names}

@@ -5,7 +5,8 @@ its groups of rows whose code differs or cannot be traced.
 - A planted repository: two commits that differ in model.py's code must be reported as different training code,
   commits that differ only in README.md, or only in model.py's comments and docstrings, as the same; a change to a
   function train.py never reaches as different code but the same code on train.py's path; a config file a row's
-  command names (and the config it execs) is training code; a "+dirty" rev beside another is untraceable.
+  command names (and the config it execs) is training code, and so is a file split out later that the model imports;
+  a "+dirty" rev beside another is untraceable.
 - The committed records/code_mix.json equals what `python code_audit.py` computes now (a new row from another commit
   fails here until the audit is rerun and committed), and `--check` says so.
 - Every group whose `same_training_code` is not true is named in its record: a line holding the rows file's name
@@ -59,9 +60,12 @@ def planted(tmp_path_factory):
                        .replace("# doubled", "")}, "only a docstring and a comment")
     c4 = commit(repo, {"scaling.py": SCALING.replace("return rows", "return rows[:1]")}, "a function train.py skips")
     c5 = commit(repo, {"config/base.py": "n_layer = 3\n"}, "the config the row's config execs")
+    c6 = commit(repo, {"model.py": "from helpers import double\n\n\ndef forward(x):\n    return double(x)\n",
+                       "helpers.py": "def double(x):\n    return x * 2\n"}, "the model's code split into a new file")
+    c7 = commit(repo, {"helpers.py": "def double(x):\n    return 2 * x\n"}, "the new file's code changes")
     cmd = "python train.py config/x.py --seed=1"
     rows = [(1, c0), (1, c1), (2, c1), (2, c2), (3, c2), (3, c3), (4, c3), (4, c4), (5, c4), (5, c5),
-            (6, c0), (6, c0[:7] + "+dirty"), (7, c0[:7] + "+dirty")]
+            (6, c0), (6, c0[:7] + "+dirty"), (7, c0[:7] + "+dirty"), (8, c6), (8, c7)]
     os.makedirs(repo / "records" / "p")
     with open(repo / "records" / "p" / "s.jsonl", "w") as f:
         f.writelines(json.dumps({"seed": s, "git_rev": rev, "command": cmd, "arch": "a"}) + "\n" for s, rev in rows)
@@ -79,7 +83,7 @@ def test_a_change_of_the_readme_or_of_comments_and_docstrings_is_the_same_code(p
     repo, groups = planted
     assert groups["2"]["same_training_code"] is True and groups["2"]["differs"] == {}
     assert groups["3"]["same_training_code"] is True  # git diff sees model.py change; its code does not
-    assert git(repo, "diff", "--name-only", "HEAD~3", "HEAD~2") == "model.py"
+    assert git(repo, "diff", "--name-only", "HEAD~5", "HEAD~4") == "model.py"
 
 
 def test_a_function_train_py_never_reaches_differs_but_not_on_its_path(planted):
@@ -101,13 +105,20 @@ def test_a_dirty_rev_is_untraceable(planted):
     assert groups["7"]["same_training_code"] is True and groups["7"]["untraceable"]  # one rev: no mix, not traced
 
 
+def test_a_file_split_out_later_and_imported_by_the_model_is_training_code(planted):
+    g = planted[1]["8"]
+    assert g["same_training_code"] is False and g["files_differ"] == ["helpers.py"]
+    assert g["differs_run"] and list(g["differs_run"].values()) == [{"helpers.py": ["double"]}]
+
+
 def test_check_fails_on_a_stale_audit(planted, tmp_path):
     repo = planted[0]
     stale = tmp_path / "code_mix.json"
     assert code_audit.main([f"--out={stale}"], root=str(repo)) == 0
     assert code_audit.main(["--check", f"--out={stale}"], root=str(repo)) == 0
     with open(repo / "records" / "p" / "s.jsonl", "a") as f:
-        f.write(json.dumps({"seed": 2, "git_rev": git(repo, "rev-parse", "HEAD~5"), "command": ""}) + "\n")
+        first = git(repo, "rev-list", "--max-parents=0", "HEAD")
+        f.write(json.dumps({"seed": 2, "git_rev": first, "command": ""}) + "\n")
     assert code_audit.main(["--check", f"--out={stale}"], root=str(repo)) == 1
 
 
