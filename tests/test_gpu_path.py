@@ -13,6 +13,7 @@ import model
 import distributed
 import runlog
 import train
+from configurator import ConfigError
 from test_train import TINY, losses
 
 HOST_READS = ("item", "tolist", "__float__", "__int__", "__bool__", "__index__", "__array__")
@@ -159,7 +160,7 @@ def test_wandb_is_imported_only_when_asked_for(data_dir, tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "wandb", None)  # `import wandb` raises ImportError, find_spec finds nothing
     argv = TINY + data_dir + ["--max_iters=1", "--eval_interval=1"]
     train.main(argv + [f"--out_dir={tmp_path / 'plain'}"])  # never imports it
-    with pytest.raises(train.ConfigError, match=r"^config error: --wandb_project needs the wandb package: pip "
+    with pytest.raises(ConfigError, match=r"^config error: --wandb_project needs the wandb package: pip "
                                                 r"install wandb"):
         train.main(argv + [f"--out_dir={tmp_path / 'tracked'}", "--wandb_project=loops"])
     assert not os.path.exists(tmp_path / "tracked")  # refused before anything was written
