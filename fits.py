@@ -1004,6 +1004,67 @@ def _family(per_seed, margin=None, looks=None):
     return out
 
 
+def table_cells(kind, sources, opts):
+    """{row: {column: [one value per seed]}}: a record's table of per-seed numbers, from rows or study JSONs.
+    rows: one .jsonl, a row per run; its --row field names the table's row, --value the number, --seeds their order.
+    exits: one argument per seed, its early_exit.py JSONs joined by commas; a row per model, perplexity at full depth
+    and at each share of the depth saved (exit_perplexities). elastic: one argument per seed, LF.json,PLAIN.json; a row
+    per arm, perplexity at each budget M (elastic_curves)."""
+    if kind == "rows":
+        seeds, cells = [int(s) for s in opts["seeds"].split(",")], {}
+        for r in read_results(sources[0]):
+            if r.get("seed") in seeds:
+                cell = cells.setdefault(str(r[opts["row"]]), {}).setdefault(opts["value"], {})
+                if r["seed"] in cell:
+                    raise ConfigError(f"{sources[0]}: two rows of {r[opts['row']]} at seed {r['seed']}")
+                cell[r["seed"]] = r[opts["value"]]
+        missing = [(row, s) for row, cols in cells.items() for v in cols.values() for s in seeds if s not in v]
+        if missing:
+            raise ConfigError(f"{sources[0]}: no row of {missing[0][0]} at seed {missing[0][1]}")
+        return {row: {c: [v[s] for s in seeds] for c, v in cols.items()} for row, cols in cells.items()}
+    if kind == "exits":
+        seeds = [{m: v for p in arg.split(",") for m, v in exit_perplexities(p).items()} for arg in sources]
+        name = {"full": "full", **{s: f"{100 * float(s):.0f}%" for s in ("0.05", "0.10", "0.20", "0.30")}}
+        return {m: {name[s]: [x[m][s] for x in seeds] for s in seeds[0][m]} for m in seeds[0]}
+    curves = elastic_curves([p for arg in sources for p in arg.split(",")])
+    return {arm: {str(M): v for M, v in by_M.items()} for arm, by_M in curves.items()}
+
+
+def main_table(argv, opts):
+    """python fits.py table rows|exits|elastic SOURCE ... [--keep=ROW,...] [--reference=ROW] [--relative_to=COLUMN]
+    --out=F.json: the cells of a record's table (table_cells), each with its mean and sd over seeds; with a reference
+    row, each other row's per-seed difference from it (d, paired by seed) and their mean and standard error; with
+    --relative_to, each cell's change from its row's value in that column at the same seed, in percent (pct).
+    --keep: these rows, in this order. The record draws the JSON as a generated block (records.py)."""
+    kind, sources = argv[1] if len(argv) > 1 else "", [a for a in argv[2:] if not a.startswith("--")]
+    need = dict(rows=("row", "value", "seeds"), exits=(), elastic=())
+    if kind not in need or not sources or "out" not in opts or any(k not in opts for k in need[kind]):
+        raise ConfigError("usage: python fits.py table rows ROWS.jsonl --row=FIELD --value=FIELD --seeds=S1,S2,... | "
+                          "exits EE.json[,EE2.json] ... | elastic LF.json,PLAIN.json ... [--keep=ROW,...] "
+                          "[--reference=ROW] [--relative_to=COLUMN] --out=F.json")
+    cells = table_cells(kind, sources, opts)
+    rows = opts["keep"].split(",") if "keep" in opts else list(cells)
+    if any(row not in cells for row in rows + [opts.get("reference", rows[0])]):
+        raise ConfigError(f"fits.py table: --keep or --reference names a row not in {', '.join(cells)}")
+    cells = {row: cells[row] for row in rows}
+    ref = cells.get(opts.get("reference"))
+    out = {}
+    for row, cols in cells.items():
+        out[row] = {}
+        for col, v in cols.items():
+            c = out[row][col] = dict(per_seed=v, mean=float(np.mean(v)), sd=float(np.std(v, ddof=1)))
+            if "relative_to" in opts:  # the change from the row's value in that column, in percent
+                c["pct"] = [100 * (a / b - 1) for a, b in zip(v, cols[opts["relative_to"]])]
+            if ref is not None:
+                d = None if cols is ref else [a - b for a, b in zip(v, ref[col])]
+                c.update(d=d, d_mean=d and float(np.mean(d)), d_se=d and float(np.std(d, ddof=1) / math.sqrt(len(d))))
+    files = [p for arg in sources for p in arg.split(",")]
+    with open(opts["out"], "w") as f:
+        json.dump(dict(out, provenance=provenance(files, ["python", "fits.py"] + list(argv))), f, indent=1)
+    print(json.dumps(out, indent=1))
+    return out
+
+
 def main_test(argv):
     """The standard's tests (records/README.md). python fits.py ttest|tost --margin=M|holm VALUE ...: one comparison's
     per-seed differences (holm: one family's p-values); --looks=K: a sequential design's threshold. python fits.py
@@ -1011,15 +1072,18 @@ def main_test(argv):
     --margin). From the records' JSONs, one per seed: elastic LOOPFORMER.json PLAIN.json ... [--margin=M] (Jeddi et
     al.'s Table 1), probes EVAL.json ... --reference=MODEL (Chen et al.'s probes), exits EE.json ... --pairs=A<B,...
     [--measure=relative] [--saved=0.30] (Lee et al.'s early exits, exit_comparisons), representation R.json ...
-    --model=A --reference=B (Jeddi et al.'s four metrics). --out=F.json: all but ttest|tost|holm write their result
-    with its provenance."""
+    --model=A --reference=B (Jeddi et al.'s four metrics); table rows|exits|elastic ...: a record's table of per-seed
+    numbers (main_table). --out=F.json: all but ttest|tost|holm write their result with its provenance."""
     if not argv or argv[0] not in TEST_OPTIONS:
         raise ConfigError("usage: python fits.py ttest|tost|holm VALUE ... [--margin=M] [--looks=K] | "
                           "family NAME=D1,D2,... ... [--margin=M] [--looks=K] [--out=F.json] | "
                           "elastic LF.json PLAIN.json ... | probes EVAL.json ... --reference=MODEL | "
-                          "exits EE.json ... --pairs=A<B,... | representation R.json ... --model=A --reference=B"
+                          "exits EE.json ... --pairs=A<B,... | representation R.json ... --model=A --reference=B | "
+                          "table rows|exits|elastic SOURCE ... --out=F.json"
                           + (f" ({argv[0]!r} is not one)" if argv else ""))
     opts = test_options(argv)
+    if argv[0] == "table":
+        return main_table(argv, opts)
     if argv[0] == "family":
         return main_family(argv, opts)
     if argv[0] in ("exits", "elastic", "probes", "representation"):
@@ -1097,7 +1161,8 @@ TEST_OPTIONS = dict(ttest=dict(looks=int), tost=dict(margin=float, looks=int), h
                     family=dict(margin=float, looks=int, out=str),
                     elastic=dict(margin=float, out=str), probes=dict(reference=str, out=str),
                     exits=dict(pairs=str, measure=str, saved=str, out=str),
-                    representation=dict(model=str, reference=str, out=str))
+                    representation=dict(model=str, reference=str, out=str),
+                    table=dict(row=str, value=str, seeds=str, keep=str, reference=str, relative_to=str, out=str))
 
 
 def test_options(argv):

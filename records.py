@@ -8,10 +8,20 @@ never typed. In a record, a block reads
     | Looped&lt;Base@0.05 | +0.020 / +0.172 / +0.048 | 0.230 |
     <!-- end generated -->
 
-The header names the JSON, the entry whose items are the table's rows (a dotted path; `.` for the whole file)
-and the columns, each `heading=field:format` (a dotted path inside a row, a Python format spec; a list is
-formatted item by item and joined by " / "; no format: the value as text). The first column is the row's key
-(`heading=` with no field first names it; "comparison" otherwise).
+The header names the JSON, the entry whose items are the table's rows (a dotted path; `.` for the whole file;
+several joined by "," give their rows in turn) and the columns, each `heading=field:format` (a dotted path inside a
+row, a number in it picks a list's item; a Python format spec; a list is formatted item by item and joined by
+" / "; no format: the value as text; the last "=" ends the heading, so `M=1=1.mean:.2f` is headed M=1). Fields
+joined by " ± " share a cell (`mean ± sd=mean:.3f ± sd:.3f`); a cell whose fields are all null reads "–". The first
+column is the row's key (`heading=` with no field first names it; "comparison" otherwise).
+
+A table of per-seed numbers (runs' validation losses, perplexities at each budget) is drawn from the JSON of
+`python fits.py table rows|exits|elastic ... --out=F.json`: per row and column, the values per seed (`per_seed`),
+their `mean` and `sd`; with --reference=ROW the per-seed differences from that row (`d`, null for the row itself),
+`d_mean` and `d_se`; with --relative_to=COLUMN the change from that column in percent (`pct`):
+
+    <!-- generated from records/chen2026/ladder_table.json .: rung= | seed 1337=val_loss.per_seed.0:.3f | ...
+         mean ± sd=val_loss.mean:.3f ± val_loss.sd:.3f | vs Vanilla, paired by seed=val_loss.d:+.3f | ... -->
 
     python records.py            rewrite every block of records/*.md from its JSON
     python records.py --check    exit 1 naming each block that differs from its JSON (tests/test_records.py)
@@ -29,9 +39,9 @@ BLOCK = re.compile(r"<!-- generated from (\S+) (\S+): (.*?) -->\n(.*?)<!-- end g
 
 
 def lookup(obj, path):
-    """obj[a][b]... for the dotted path "a.b" ("." is obj itself)."""
+    """obj[a][b]... for the dotted path "a.b" ("." is obj itself; a number picks a list's item)."""
     for key in ([] if path == "." else path.split(".")):
-        obj = obj[key]
+        obj = obj[int(key)] if isinstance(obj, list) else obj[key]
     return obj
 
 
@@ -45,16 +55,21 @@ def cell(value, fmt):
 
 def render(numbers, rows_path, columns, first="comparison"):
     """The markdown table of the block header's rows and columns, from the JSON's numbers."""
-    spec = [c.strip().partition("=") for c in columns.split("|")]
-    spec = [(heading, *field.partition(":")[::2]) for heading, _, field in spec]
-    if spec[0][1] == "":  # "heading=" first: the heading of the rows' keys
+    spec = [c.strip().rpartition("=")[::2] for c in columns.split("|")]
+    spec = [(heading, [f.partition(":")[::2] for f in fields.split(" ± ")]) for heading, fields in spec]
+    if spec[0][1] == [("", "")]:  # "heading=" first: the heading of the rows' keys
         first = spec.pop(0)[0]
-    lines = ["| " + " | ".join([first] + [h for h, _, _ in spec]) + " |", "|---" * (len(spec) + 1) + "|"]
-    for key, row in lookup(numbers, rows_path).items():
-        if key == "provenance":
-            continue
-        cells = [key.replace("<", "&lt;")] + [cell(lookup(row, field), fmt) for _, field, fmt in spec]
-        lines.append("| " + " | ".join(cells) + " |")
+    lines = ["| " + " | ".join([first] + [h for h, _ in spec]) + " |", "|---" * (len(spec) + 1) + "|"]
+    for part in rows_path.split(","):
+        for key, row in lookup(numbers, part).items():
+            if key == "provenance":
+                continue
+            cells = [key.replace("<", "&lt;")]
+            for _, fields in spec:
+                values = [lookup(row, field) for field, _ in fields]
+                cells.append(" ± ".join(cell(v, fmt) for v, (_, fmt) in zip(values, fields))
+                             if any(v is not None for v in values) else "–")
+            lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
