@@ -56,6 +56,74 @@ def test_every_record_has_generated_blocks_and_each_equals_its_json(monkeypatch)
     assert records.main(["--check"]) == 0
 
 
+def test_a_block_draws_list_items_shared_cells_and_several_entries():
+    """The header's features, each against a table written by hand: a number in a path picks a list's item, fields
+    joined by " ± " share a cell ("–" when all are null), the last "=" ends a heading, "a,b" gives a's rows then b's."""
+    numbers = dict(first={"1": dict(x=[1.25, 2.5], m=0.5, s=0.25)}, second={"4": dict(x=[3.0, 4.0], m=None, s=None)})
+    columns = "M= | M=1=x.1:.2f | both=x:.1f | m ± s=m:+.2f ± s:.3f"
+    assert records.render(numbers, "first,second", columns) == (
+        "| M | M=1 | both | m ± s |\n|---|---|---|---|\n"
+        "| 1 | 2.50 | 1.2 / 2.5 | +0.50 ± 0.250 |\n"
+        "| 4 | 4.00 | 3.0 / 4.0 | – |\n")
+
+
+def fits_table(tmp_path, argv, name="table.json"):
+    """The JSON `python fits.py table ARGV --out=...` writes in tmp_path."""
+    import fits
+    fits.main_test(["table", *argv, f"--out={tmp_path / name}"])
+    return json.loads((tmp_path / name).read_text())
+
+
+def test_fits_table_pivots_rows_by_seed_and_derives_mean_sd_and_paired_differences(tmp_path, monkeypatch):
+    """`python fits.py table rows` on rows written out of order (and one at a seed not asked for; --keep orders the
+    rows), drawn by a block,
+    against a table worked by hand: A = 1, 2, 4 (mean 7/3, sd √(7/3) = 1.528), B = 1.5, 2, 5.5 (mean 3, sd √4.75 =
+    2.179), d = B - A = 0.5, 0, 1.5 (mean 0.667, s.e. √(7/12) / √3 = 0.441). A planted error fails: a digit of the
+    JSON's d, two rows' seeds swapped, a seed's row twice, a seed missing."""
+    from configurator import ConfigError
+    monkeypatch.chdir(tmp_path)
+    rows = [("B", 3, 5.5), ("A", 2, 2.0), ("A", 1, 1.0), ("B", 1, 1.5), ("A", 9, 7.0), ("B", 2, 2.0), ("A", 3, 4.0)]
+    def write(rows):
+        (tmp_path / "r.jsonl").write_text("".join(json.dumps(dict(arch=a, seed=s, val_loss=v)) + "\n"
+                                                  for a, s, v in rows))
+    argv = ["rows", "r.jsonl", "--row=arch", "--value=val_loss", "--seeds=1,2,3", "--reference=A", "--keep=A,B"]
+    write(rows)
+    fits_table(tmp_path, argv)
+    columns = ("arch= | seed 1=val_loss.per_seed.0:.1f | seed 3=val_loss.per_seed.2:.1f | "
+               "mean ± sd=val_loss.mean:.3f ± val_loss.sd:.3f | d=val_loss.d:+.1f | "
+               "d mean ± s.e.=val_loss.d_mean:+.3f ± val_loss.d_se:.3f")
+    table = ("| arch | seed 1 | seed 3 | mean ± sd | d | d mean ± s.e. |\n|---|---|---|---|---|---|\n"
+             "| A | 1.0 | 4.0 | 2.333 ± 1.528 | – | – |\n"
+             "| B | 1.5 | 5.5 | 3.000 ± 2.179 | +0.5 / +0.0 / +1.5 | +0.667 ± 0.441 |\n")
+    record = f"<!-- generated from table.json .: {columns} -->\n{table}<!-- end generated -->\n"
+    assert records.regenerate(record) == record
+    doc = json.loads((tmp_path / "table.json").read_text())
+    doc["B"]["val_loss"]["d_mean"] += 0.001  # a derived column computed wrong
+    (tmp_path / "table.json").write_text(json.dumps(doc))
+    assert records.regenerate(record) != record
+    write([(a, {1: 3, 3: 1}.get(s, s) if a == "A" else s, v) for a, s, v in rows])  # A's seeds 1 and 3 swapped
+    fits_table(tmp_path, argv)
+    assert records.regenerate(record) != record
+    for bad, why in ((rows + [("A", 2, 2.5)], "two rows of A at seed 2"), (rows[1:], "no row of B at seed 3")):
+        write(bad)
+        with pytest.raises(ConfigError, match=why):
+            fits_table(tmp_path, argv)
+
+
+def test_fits_table_reads_early_exit_jsons_per_seed_and_their_change_in_percent(tmp_path, monkeypatch):
+    """`python fits.py table exits` (one argument per seed) with --relative_to=full: perplexity 4 → 5 at 10% saved is
+    +25%, 5 → 5.5 is +10%; at 30% saved 8 and 10, mean 9."""
+    monkeypatch.chdir(tmp_path)
+    for seed, full, saved in ((1, 4.0, (4.2, 5.0, 6.0, 8.0)), (2, 5.0, (5.0, 5.5, 6.0, 10.0))):
+        curve = dict(zip(("0.05", "0.10", "0.20", "0.30"), saved))
+        model = dict(full_ppl=full, criteria=dict(entropy=dict(table_saved_depth=curve)))
+        (tmp_path / f"ee_s{seed}.json").write_text(json.dumps(dict(results=dict(M=model))))
+    fits_table(tmp_path, ["exits", "ee_s1.json", "ee_s2.json", "--relative_to=full"])
+    assert records.render(json.loads((tmp_path / "table.json").read_text()), ".",
+                          "model= | full=full.per_seed:.1f | 10%=10%.pct:+.1f | 30% mean=30%.mean:.1f") == (
+        "| model | full | 10% | 30% mean |\n|---|---|---|---|\n| M | 4.0 / 5.0 | +25.0 / +10.0 | 9.0 |\n")
+
+
 def is_ancestor(commit):
     return subprocess.run(["git", "merge-base", "--is-ancestor", commit, "HEAD"], cwd=ROOT,
                           capture_output=True).returncode == 0
