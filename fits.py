@@ -1042,6 +1042,9 @@ def main_table(argv, opts):
         raise ConfigError("usage: python fits.py table rows ROWS.jsonl --row=FIELD --value=FIELD --seeds=S1,S2,... | "
                           "exits EE.json[,EE2.json] ... | elastic LF.json,PLAIN.json ... [--keep=ROW,...] "
                           "[--reference=ROW] [--relative_to=COLUMN] --out=F.json")
+    files = [p for arg in sources for p in arg.split(",")]
+    if not all(os.path.isfile(p) for p in files):
+        raise ConfigError(f"fits.py table: no file at {next(p for p in files if not os.path.isfile(p))}")
     cells = table_cells(kind, sources, opts)
     rows = opts["keep"].split(",") if "keep" in opts else list(cells)
     if any(row not in cells for row in rows + [opts.get("reference", rows[0])]):
@@ -1058,7 +1061,6 @@ def main_table(argv, opts):
             if ref is not None:
                 d = None if cols is ref else [a - b for a, b in zip(v, ref[col])]
                 c.update(d=d, d_mean=d and float(np.mean(d)), d_se=d and float(np.std(d, ddof=1) / math.sqrt(len(d))))
-    files = [p for arg in sources for p in arg.split(",")]
     with open(opts["out"], "w") as f:
         json.dump(dict(out, provenance=provenance(files, ["python", "fits.py"] + list(argv))), f, indent=1)
     print(json.dumps(out, indent=1))
