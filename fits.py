@@ -1004,23 +1004,45 @@ def _family(per_seed, margin=None, looks=None):
     return out
 
 
+def table_key(row, spec, path):
+    """A row's key for a table: FIELD's value as text, or FIELD~REGEX: the part of that text the regex finds (its
+    first group if it has one): `arch~(.*)_` is loop_base for loop_base_fast, `arch~[a-z]+$` is fast."""
+    name, tilde, pattern = spec.partition("~")
+    if name not in row:
+        raise ConfigError(f"{path}: a row without {name} ({row.get('point')})")
+    m = re.search(pattern, str(row[name])) if tilde else None
+    if tilde and not m:
+        raise ConfigError(f"{path}: {name}={row[name]} does not match {pattern}")
+    return m.group(1 if m.re.groups else 0) if tilde else str(row[name])
+
+
 def table_cells(kind, sources, opts):
     """{row: {column: [one value per seed]}}: a record's table of per-seed numbers, from rows or study JSONs.
-    rows: one .jsonl, a row per run; its --row field names the table's row, --value the number, --seeds their order.
+    rows: one .jsonl, a row per run; its --row field names the table's row (several, FIELD,FIELD: their values
+    joined by "/", none/2/4), --value the number, --seeds their order; the column is the --value field, or with
+    --column=FIELD that field's values (an LR's 0.001, a width), --columns=V1,... (and --keep) keep those, in that
+    order; each field as FIELD or FIELD~REGEX (table_key). Every kept cell needs one row per seed.
     exits: one argument per seed, its early_exit.py JSONs joined by commas; a row per model, perplexity at full depth
     and at each share of the depth saved (exit_perplexities). elastic: one argument per seed, LF.json,PLAIN.json; a row
     per arm, perplexity at each budget M (elastic_curves)."""
     if kind == "rows":
-        seeds, cells = [int(s) for s in opts["seeds"].split(",")], {}
-        for r in read_results(sources[0]):
+        seeds, cells, path = [int(s) for s in opts["seeds"].split(",")], {}, sources[0]
+        at = (lambda col: f" at {opts['column']}={col}") if "column" in opts else (lambda col: "")
+        for r in read_results(path):
             if r.get("seed") in seeds:
-                cell = cells.setdefault(str(r[opts["row"]]), {}).setdefault(opts["value"], {})
+                row = "/".join(table_key(r, k, path) for k in opts["row"].split(","))
+                col = table_key(r, opts["column"], path) if "column" in opts else opts["value"]
+                cell = cells.setdefault(row, {}).setdefault(col, {})
                 if r["seed"] in cell:
-                    raise ConfigError(f"{sources[0]}: two rows of {r[opts['row']]} at seed {r['seed']}")
+                    raise ConfigError(f"{path}: two rows of {row}{at(col)} at seed {r['seed']}")
                 cell[r["seed"]] = r[opts["value"]]
-        missing = [(row, s) for row, cols in cells.items() for v in cols.values() for s in seeds if s not in v]
+        columns = opts["columns"].split(",") if "columns" in opts else list({c: 0 for v in cells.values() for c in v})
+        cells = {row: {c: cols.get(c, {}) for c in columns} for row, cols in cells.items()
+                 if "keep" not in opts or row in opts["keep"].split(",")}
+        missing = [(row, c, s) for row, cols in cells.items() for c, v in cols.items() for s in seeds if s not in v]
         if missing:
-            raise ConfigError(f"{sources[0]}: no row of {missing[0][0]} at seed {missing[0][1]}")
+            row, c, s = missing[0]
+            raise ConfigError(f"{path}: no row of {row}{at(c)} at seed {s}")
         return {row: {c: [v[s] for s in seeds] for c, v in cols.items()} for row, cols in cells.items()}
     if kind == "exits":
         seeds = [{m: v for p in arg.split(",") for m, v in exit_perplexities(p).items()} for arg in sources]
@@ -1032,14 +1054,18 @@ def table_cells(kind, sources, opts):
 
 def main_table(argv, opts):
     """python fits.py table rows|exits|elastic SOURCE ... [--keep=ROW,...] [--reference=ROW] [--relative_to=COLUMN]
-    --out=F.json: the cells of a record's table (table_cells), each with its mean and sd over seeds; with a reference
-    row, each other row's per-seed difference from it (d, paired by seed) and their mean and standard error; with
-    --relative_to, each cell's change from its row's value in that column at the same seed, in percent (pct).
-    --keep: these rows, in this order. The record draws the JSON as a generated block (records.py)."""
+    --out=F.json: the cells of a record's table (table_cells), each with its mean and sd over seeds (sd null with one
+    seed); rows pivots into a grid with --column=FIELD (--row=FIELD,FIELD for compound rows, --columns=V1,... to keep
+    some columns): python fits.py table rows R.jsonl --row=arch,n_loop --column=lr --columns=0.001,0.002
+    --value=val_loss --seeds=1337,7 --out=F.json gives {"none/2": {"0.001": {...}, "0.002": {...}}, ...}; with a
+    reference row, each other row's per-seed difference from it (d, paired by seed) and their mean and standard
+    error; with --relative_to, each cell's change from its row's value in that column at the same seed, in percent
+    (pct). --keep: these rows, in this order. The record draws the JSON as a generated block (records.py)."""
     kind, sources = argv[1] if len(argv) > 1 else "", [a for a in argv[2:] if not a.startswith("--")]
     need = dict(rows=("row", "value", "seeds"), exits=(), elastic=())
     if kind not in need or not sources or "out" not in opts or any(k not in opts for k in need[kind]):
-        raise ConfigError("usage: python fits.py table rows ROWS.jsonl --row=FIELD --value=FIELD --seeds=S1,S2,... | "
+        raise ConfigError("usage: python fits.py table rows ROWS.jsonl --row=FIELD[,FIELD] --value=FIELD "
+                          "--seeds=S1,... [--column=FIELD [--columns=V1,...]] | "
                           "exits EE.json[,EE2.json] ... | elastic LF.json,PLAIN.json ... [--keep=ROW,...] "
                           "[--reference=ROW] [--relative_to=COLUMN] --out=F.json")
     files = [p for arg in sources for p in arg.split(",")]
@@ -1055,12 +1081,14 @@ def main_table(argv, opts):
     for row, cols in cells.items():
         out[row] = {}
         for col, v in cols.items():
-            c = out[row][col] = dict(per_seed=v, mean=float(np.mean(v)), sd=float(np.std(v, ddof=1)))
+            c = out[row][col] = dict(per_seed=v, mean=float(np.mean(v)), sd=float(np.std(v, ddof=1)) if len(v) > 1
+                                     else None)
             if "relative_to" in opts:  # the change from the row's value in that column, in percent
                 c["pct"] = [100 * (a / b - 1) for a, b in zip(v, cols[opts["relative_to"]])]
             if ref is not None:
                 d = None if cols is ref else [a - b for a, b in zip(v, ref[col])]
-                c.update(d=d, d_mean=d and float(np.mean(d)), d_se=d and float(np.std(d, ddof=1) / math.sqrt(len(d))))
+                c.update(d=d, d_mean=d and float(np.mean(d)),
+                         d_se=d and float(np.std(d, ddof=1) / math.sqrt(len(d))) if len(v) > 1 else None)
     with open(opts["out"], "w") as f:
         json.dump(dict(out, provenance=provenance(files, ["python", "fits.py"] + list(argv))), f, indent=1)
     print(json.dumps(out, indent=1))
@@ -1164,7 +1192,8 @@ TEST_OPTIONS = dict(ttest=dict(looks=int), tost=dict(margin=float, looks=int), h
                     elastic=dict(margin=float, out=str), probes=dict(reference=str, out=str),
                     exits=dict(pairs=str, measure=str, saved=str, out=str),
                     representation=dict(model=str, reference=str, out=str),
-                    table=dict(row=str, value=str, seeds=str, keep=str, reference=str, relative_to=str, out=str))
+                    table=dict(row=str, value=str, seeds=str, column=str, columns=str, keep=str, reference=str,
+                               relative_to=str, out=str))
 
 
 def test_options(argv):

@@ -23,6 +23,9 @@ their `mean` and `sd`; with --reference=ROW the per-seed differences from that r
     <!-- generated from records/chen2026/ladder_table.json .: rung= | seed 1337=val_loss.per_seed.0:.3f | ...
          mean ± sd=val_loss.mean:.3f ± val_loss.sd:.3f | vs Vanilla, paired by seed=val_loss.d:+.3f | ... -->
 
+With `fits.py table rows ... --column=lr` the columns are the LRs of the rows, and a key that holds dots is matched
+whole: `1e-3=0.001.per_seed:.3f` draws the seeds' losses at LR 0.001.
+
     python records.py            rewrite every block of records/*.md from its JSON
     python records.py --check    exit 1 naming each block that differs from its JSON (tests/test_records.py)
 
@@ -39,9 +42,15 @@ BLOCK = re.compile(r"<!-- generated from (\S+) (\S+): (.*?) -->\n(.*?)<!-- end g
 
 
 def lookup(obj, path):
-    """obj[a][b]... for the dotted path "a.b" ("." is obj itself; a number picks a list's item)."""
-    for key in ([] if path == "." else path.split(".")):
-        obj = obj[int(key)] if isinstance(obj, list) else obj[key]
+    """obj[a][b]... for the dotted path "a.b" ("." is obj itself; a number picks a list's item; a key that holds dots,
+    a column's LR 0.001, is matched whole: 0.001.per_seed is obj["0.001"]["per_seed"], the longest key first)."""
+    keys = [] if path == "." else path.split(".")
+    while keys:
+        if isinstance(obj, list):
+            obj, keys = obj[int(keys[0])], keys[1:]
+            continue
+        n = next((n for n in range(len(keys), 1, -1) if ".".join(keys[:n]) in obj), 1)
+        obj, keys = obj[".".join(keys[:n])], keys[n:]
     return obj
 
 

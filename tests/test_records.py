@@ -110,6 +110,56 @@ def test_fits_table_pivots_rows_by_seed_and_derives_mean_sd_and_paired_differenc
             fits_table(tmp_path, argv)
 
 
+def test_fits_table_pivots_rows_into_a_grid_by_a_column_field_with_compound_rows(tmp_path, monkeypatch):
+    """`python fits.py table rows --column=lr` (rows keyed by arch and n_loop, columns by LR, kept with --columns; a
+    row at LR 0.008 and one at seed 9 are left out), drawn by a block whose LR keys hold dots, against a grid worked by
+    hand: none/2 at 0.001 is 2.0 / 2.2 (mean 2.1), at 0.002 1.5 / 1.7; none/4 at 0.002 1.8 / 1.6, d from none/2
+    +0.3 / -0.1; arch~(.*)_ and arch~[a-z]+$ split a name into row and column. A planted error fails: two rows' LRs
+    swapped, a wrong value in a cell, a (row, column, seed) twice or missing (one ConfigError line each)."""
+    from configurator import ConfigError
+    monkeypatch.chdir(tmp_path)
+    rows = [("none", 2, 0.001, 1, 2.0), ("none", 2, 0.001, 2, 2.2), ("none", 2, 0.002, 2, 1.7),
+            ("none", 2, 0.002, 1, 1.5), ("none", 4, 0.001, 1, 2.4), ("none", 4, 0.001, 2, 2.6),
+            ("none", 4, 0.002, 1, 1.8), ("none", 4, 0.002, 2, 1.6), ("none", 2, 0.008, 1, 3.0),
+            ("none", 4, 0.001, 9, 9.0)]
+
+    def write(rows):
+        (tmp_path / "r.jsonl").write_text("".join(json.dumps(dict(arch=a, n_loop=n, lr=lr, seed=s, val_loss=v)) + "\n"
+                                                  for a, n, lr, s, v in rows))
+    argv = ["rows", "r.jsonl", "--row=arch,n_loop", "--column=lr", "--columns=0.001,0.002", "--value=val_loss",
+            "--seeds=1,2", "--reference=none/2"]
+    write(rows)
+    fits_table(tmp_path, argv)
+    columns = "rule/N= | 1e-3=0.001.per_seed:.1f | 1e-3 mean=0.001.mean:.2f | 2e-3=0.002.per_seed:.1f | d=0.002.d:+.1f"
+    table = ("| rule/N | 1e-3 | 1e-3 mean | 2e-3 | d |\n|---|---|---|---|---|\n"
+             "| none/2 | 2.0 / 2.2 | 2.10 | 1.5 / 1.7 | – |\n"
+             "| none/4 | 2.4 / 2.6 | 2.50 | 1.8 / 1.6 | +0.3 / -0.1 |\n")
+    record = f"<!-- generated from table.json .: {columns} -->\n{table}<!-- end generated -->\n"
+    assert records.regenerate(record) == record
+    assert list(json.loads((tmp_path / "table.json").read_text())["none/2"]) == ["0.001", "0.002"]
+    swapped = {0.001: 0.002, 0.002: 0.001}
+    write([(a, n, swapped[lr] if (n, s) == (4, 1) else lr, s, v) for a, n, lr, s, v in rows[:8]])  # LRs swapped
+    fits_table(tmp_path, argv)
+    assert records.regenerate(record) != record
+    write([r if r[:4] != ("none", 2, 0.002, 2) else r[:4] + (1.8,) for r in rows])  # a wrong cell
+    fits_table(tmp_path, argv)
+    assert records.regenerate(record) != record
+    for bad, why in ((rows + [("none", 4, 0.002, 2, 1.6)], "two rows of none/4 at lr=0.002 at seed 2"),
+                     (rows[:7], "no row of none/4 at lr=0.002 at seed 2")):
+        write(bad)
+        with pytest.raises(ConfigError, match=f"^r.jsonl: {why}$"):
+            fits_table(tmp_path, argv)
+    # one name holds row and column: loop_base_fast is row loop_base, column fast
+    kinds = (("loop_base_fast", 1.5), ("loop_base_plain", 1.25), ("vanilla_fast", 1.0), ("vanilla_plain", 1.0))
+    (tmp_path / "k.jsonl").write_text("".join(json.dumps(dict(arch=a, seed=1, val_loss=v)) + "\n" for a, v in kinds))
+    doc = fits_table(tmp_path, ["rows", "k.jsonl", "--row=arch~(.*)_", "--column=arch~[a-z]+$", "--value=val_loss",
+                                "--seeds=1", "--reference=vanilla"])
+    assert records.render(doc, ".", "rung= | fast=fast.per_seed:.2f | plain=plain.per_seed:.2f | "
+                                    "plain vs vanilla=plain.d:+.2f | sd=plain.sd") == (
+        "| rung | fast | plain | plain vs vanilla | sd |\n|---|---|---|---|---|\n"
+        "| loop_base | 1.50 | 1.25 | +0.25 | – |\n| vanilla | 1.00 | 1.00 | – | – |\n")
+
+
 def test_fits_table_reads_early_exit_jsons_per_seed_and_their_change_in_percent(tmp_path, monkeypatch):
     """`python fits.py table exits` (one argument per seed) with --relative_to=full: perplexity 4 → 5 at 10% saved is
     +25%, 5 → 5.5 is +10%; at 30% saved 8 and 10, mean 9."""
