@@ -1036,9 +1036,9 @@ def table_cells(kind, sources, opts):
                 if r["seed"] in cell:
                     raise ConfigError(f"{path}: two rows of {row}{at(col)} at seed {r['seed']}")
                 cell[r["seed"]] = r[opts["value"]]
+        cells = {row: cols for row, cols in cells.items() if "keep" not in opts or row in opts["keep"].split(",")}
         columns = opts["columns"].split(",") if "columns" in opts else list({c: 0 for v in cells.values() for c in v})
-        cells = {row: {c: cols.get(c, {}) for c in columns} for row, cols in cells.items()
-                 if "keep" not in opts or row in opts["keep"].split(",")}
+        cells = {row: {c: cols.get(c, {}) for c in columns} for row, cols in cells.items()}
         missing = [(row, c, s) for row, cols in cells.items() for c, v in cols.items() for s in seeds if s not in v]
         if missing:
             row, c, s = missing[0]

@@ -112,10 +112,11 @@ def test_fits_table_pivots_rows_by_seed_and_derives_mean_sd_and_paired_differenc
 
 def test_fits_table_pivots_rows_into_a_grid_by_a_column_field_with_compound_rows(tmp_path, monkeypatch):
     """`python fits.py table rows --column=lr` (rows keyed by arch and n_loop, columns by LR, kept with --columns; a
-    row at LR 0.008 and one at seed 9 are left out), drawn by a block whose LR keys hold dots, against a grid worked by
-    hand: none/2 at 0.001 is 2.0 / 2.2 (mean 2.1), at 0.002 1.5 / 1.7; none/4 at 0.002 1.8 / 1.6, d from none/2
-    +0.3 / -0.1; arch~(.*)_ and arch~[a-z]+$ split a name into row and column. A planted error fails: two rows' LRs
-    swapped, a wrong value in a cell, a (row, column, seed) twice or missing (one ConfigError line each)."""
+    row at LR 0.008, the columns of a row not kept, and one at seed 9 are left out), drawn by a block whose LR keys
+    hold dots, against a grid worked by hand: none/2 at 0.001 is 2.0 / 2.2 (mean 2.1), at 0.002 1.5 / 1.7; none/4 at
+    0.002 1.8 / 1.6, d from none/2 +0.3 / -0.1; arch~(.*)_ and arch~[a-z]+$ split a name into row and column. A
+    planted error fails: two rows' LRs swapped, a wrong value in a cell, a (row, column, seed) twice or missing (one
+    ConfigError line each)."""
     from configurator import ConfigError
     monkeypatch.chdir(tmp_path)
     rows = [("none", 2, 0.001, 1, 2.0), ("none", 2, 0.001, 2, 2.2), ("none", 2, 0.002, 2, 1.7),
@@ -137,6 +138,8 @@ def test_fits_table_pivots_rows_into_a_grid_by_a_column_field_with_compound_rows
     record = f"<!-- generated from table.json .: {columns} -->\n{table}<!-- end generated -->\n"
     assert records.regenerate(record) == record
     assert list(json.loads((tmp_path / "table.json").read_text())["none/2"]) == ["0.001", "0.002"]
+    kept = fits_table(tmp_path, argv[:4] + ["--value=val_loss", "--seeds=1,2", "--keep=none/4"])  # none/2's 0.008 too
+    assert list(kept) == ["none/4", "provenance"] and list(kept["none/4"]) == ["0.001", "0.002"]
     swapped = {0.001: 0.002, 0.002: 0.001}
     write([(a, n, swapped[lr] if (n, s) == (4, 1) else lr, s, v) for a, n, lr, s, v in rows[:8]])  # LRs swapped
     fits_table(tmp_path, argv)
