@@ -1,8 +1,10 @@
 """Run by tests/test_train.py under torchrun with 2 gloo ranks: one launch (each costs ~13 s of the suite) holds all
-the sharded runs that test_fsdp_* check afterwards.
+the sharded runs that test_fsdp_* check afterwards, and the DDP run of test_train's two_ranks fixture.
 
     python -m torch.distributed.run --standalone --nproc_per_node=2 tests/fsdp_worker.py OUT --data_source=...
 
+- OUT/two_ranks: a plain DDP run of the keys in OUT/two_ranks.json (tests/test_train.py's TINY + DDP_RUN, which
+  test_ddp_two_ranks_match_one_process_with_accumulation runs in one process and the signalled ranks resume to);
 - OUT/<case>_ddp and OUT/<case>_fsdp: the same 10 steps of 2 micro-batches through train.main with DDP and with
   --fsdp, for a plain GPT (AdamW, clipping, independent weight decay), a looped model (a prelude, one shared block
   called once per pass, a coda) and a looped MoE model with bias balancing whose FSDP run also checkpoints
@@ -90,6 +92,8 @@ def main():
     dist.init_process_group("gloo")
     dist.init_process_group = dist.destroy_process_group = lambda *args, **kwargs: None
     tiny = TINY + data
+    with open(os.path.join(root, "two_ranks.json")) as f:
+        train.main(json.load(f) + data + [f"--out_dir={root}/two_ranks"])
     for case, extra in CASES.items():
         for mode in ("ddp", "fsdp"):
             more = ["--fsdp=True"] + FSDP_EXTRA.get(case, []) if mode == "fsdp" else []

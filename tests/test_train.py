@@ -224,18 +224,13 @@ DDP_RUN = ["--max_iters=24", "--eval_interval=8", "--grad_accum=2"]
 
 
 @pytest.fixture(scope="module")
-def two_ranks(data_dir, tmp_path_factory):
-    """A 2-rank run under torchrun (gloo): its run directory."""
-    two = str(tmp_path_factory.mktemp("two_ranks") / "run")
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    res = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                          TRAIN_PY] + TINY + data_dir + DDP_RUN + [f"--out_dir={two}"], cwd=REPO, capture_output=True,
-                         text=True, env=env)
-    assert res.returncode == 0, res.stderr[-3000:]
-    return two
+def two_ranks(fsdp_runs):
+    """A 2-rank DDP run (gloo) of TINY + DDP_RUN: its run directory. It runs in the FSDP tests' torchrun launch
+    (tests/fsdp_worker.py), which saves a launch of its own (~13 s of the suite)."""
+    return str(fsdp_runs[0] / "two_ranks")
 
 
-@pytest.mark.xdist_group("two_ranks")
+@pytest.mark.xdist_group("fsdp")
 def test_ddp_two_ranks_match_one_process_with_accumulation(data_dir, tmp_path, two_ranks):
     one, two = str(tmp_path / "one"), two_ranks
     train.main(TINY + data_dir + DDP_RUN + [f"--out_dir={one}"])  # one process: this one
@@ -415,7 +410,7 @@ def test_short_cpu_run_learns_a_nat(tmp_path):
     assert vals[0] - vals[-1] >= 1.0, vals
 
 
-# ---- FSDP2, sharded checkpoints, memory (one torchrun launch of tests/fsdp_worker.py, one resume launch) ----------
+# ---- FSDP2, sharded checkpoints, memory, DDP (one torchrun launch of tests/fsdp_worker.py, one resume launch) -----
 
 def torchrun(args, **kw):
     return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"] + args,
@@ -426,6 +421,7 @@ def torchrun(args, **kw):
 def fsdp_runs(data_dir, tmp_path_factory):
     """The runs of tests/fsdp_worker.py (its docstring lists them). The launch ends with its planned SIGKILL."""
     root = tmp_path_factory.mktemp("fsdp")
+    (root / "two_ranks.json").write_text(json.dumps(TINY + DDP_RUN))  # the worker's OUT/two_ranks run
     res = torchrun(["tests/fsdp_worker.py", str(root)] + data_dir)
     assert (root / "memory_rank1.json").exists() and (root / "cut" / "ckpt.old").exists(), res.stderr[-4000:]
     return root, data_dir
@@ -571,7 +567,7 @@ def test_a_stop_signal_finishes_the_step_saves_and_the_resumed_run_is_the_uninte
     assert json.load(open(os.path.join(cut, "result.json")))["wall_s"] > saved["wall_s"]  # both segments
 
 
-@pytest.mark.xdist_group("two_ranks")
+@pytest.mark.xdist_group("fsdp")
 def test_a_signal_to_one_ddp_rank_stops_both_at_the_same_step_and_the_resumed_run_is_the_uninterrupted_one(
         data_dir, tmp_path, two_ranks):
     """A SIGTERM to one rank of a 2-rank run only (a node's agent, an OOM warning, a kill by pid): the ranks agree at
