@@ -22,6 +22,53 @@ def pytest_configure(config):
         config.option.loadgroup = True
 
 
+# The slowest tests (or xdist groups), longest first, as `pytest -n 2 --durations=30` measured them (s, 2026-11-26):
+# under -n, each worker runs them before the rest, so that the two workers end together instead of one running a
+# 40-second test alone at the end. A test missing here only runs later; a name here that no test has any more is
+# harmless (keep the list to the slow ones).
+SLOWEST_FIRST = (
+    "@fsdp",  # the xdist group of tests/test_train.py's torchrun launches: ~45
+    "test_export.py::test_transformers_loads_every_family_with_our_logits_generation_exits_and_tokenizers",  # 18
+    "test_export.py::test_lm_eval_hf_model_on_an_export_scores_as_eval_py_harness_on_the_run",  # 17
+    "test_slurm.py::test_a_slurm_sweep_with_a_preempted_point_ends_with_the_local_sweeps_rows",  # 15
+    "test_code_mix.py::test_the_committed_audit_is_today_s",  # 11
+    "test_docs.py::test_exercise_solutions_apply_and_work",  # 9
+    "test_docs.py::test_every_command_block_runs[README_md-Evaluation_eval_py_]",  # 8
+    "test_fits.py::test_power_of_delta_phi_simulates_each_design_against_the_real_reference",  # 7
+    "test_docs.py::test_every_command_block_runs[COURSE_md-Lecture_6_",  # 7
+    "test_analyze.py::test_coordcheck_subcommand",  # 7
+    "test_analyze.py::test_residual_subcommand",  # 7
+    "test_docs.py::test_every_command_block_runs[COURSE_md-Lecture_9_",  # 6
+    "test_analyze.py::test_committed_analysis_figures_redraw_from_their_json_readably",  # 4-6 each
+    "test_train.py::test_resume_after_kill_reproduces_uninterrupted_losses",  # 6
+    "test_sweep.py::test_a_terminated_sweep_stops_its_runs",  # 6
+    "test_eval.py::test_requests_equal_lm_evaluation_harness_for_every_task_format",  # 5
+    "test_fits.py::test_figures_draw_the_probes_that_have_run",  # 5
+    "test_eval.py::test_harness_adapter_gives_eval_py_scores_through_simple_evaluate",  # 5
+    "test_docs.py::test_every_command_block_runs[",  # 1-5 each
+    "test_eval.py::test_committed_evaluation_figures_redraw_from_their_json_readably",  # 4 each
+    "test_fits.py::test_delta_phi_recovers_what_a_design_adds",  # 4 each
+)
+
+
+def slowness_rank(item):
+    """The index in SLOWEST_FIRST of the first entry that names this test (its group, or a prefix of its id)."""
+    group = item.get_closest_marker("xdist_group")
+    test = item.path.name + item.nodeid[item.nodeid.index("::"):]  # test_x.py::test_y[params]
+    for i, name in enumerate(SLOWEST_FIRST):
+        if (group is not None and name == "@" + group.args[0]) or test.startswith(name):
+            return i
+    return len(SLOWEST_FIRST)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under -n (in each worker, which all collect alike: the controller hands out tests in this order), the slow
+    tests first (SLOWEST_FIRST), the rest in their usual order. A run without -n keeps the usual order, which keeps
+    each module's tests (and its module fixtures) together."""
+    if hasattr(config, "workerinput"):
+        items.sort(key=slowness_rank)  # stable: an xdist group stays together, in its order
+
+
 @pytest.fixture(autouse=True, scope="session")
 def quick_cpu_matmul_timing():
     """MFU's reference on a CPU (distributed.cpu_matmul_rate) timed on 256^3 matmuls instead of 2048^3 in this
