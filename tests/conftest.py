@@ -28,8 +28,7 @@ def pytest_configure(config):
 # harmless (keep the list to the slow ones).
 SLOWEST_FIRST = (
     "@fsdp",  # the xdist group of tests/test_train.py's torchrun launches: ~45
-    "test_export.py::test_transformers_loads_every_family_with_our_logits_generation_exits_and_tokenizers",  # 18
-    "test_export.py::test_lm_eval_hf_model_on_an_export_scores_as_eval_py_harness_on_the_run",  # 17
+    "@transformers",  # the xdist group of tests/test_export.py's clean transformers and lm_eval process: ~30
     "test_slurm.py::test_a_slurm_sweep_with_a_preempted_point_ends_with_the_local_sweeps_rows",  # 15
     "test_code_mix.py::test_the_committed_audit_is_today_s",  # 11
     "test_docs.py::test_exercise_solutions_apply_and_work",  # 9

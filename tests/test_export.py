@@ -181,9 +181,35 @@ def references(tmp):
     return expected, dict(cases=cases, tokenizers=[(folder, TEXTS) for folder in tokenizers.values()]), tokenizers
 
 
-def test_transformers_loads_every_family_with_our_logits_generation_exits_and_tokenizers(tmp_path):
-    expected, spec, tokenizers = references(tmp_path)
-    got = torch.load(run_script(tmp_path, LOAD_SCRIPT, spec), weights_only=False)
+@pytest.fixture(scope="module")
+def in_transformers(tmp_path_factory):
+    """LOAD_SCRIPT's and HARNESS_SCRIPT's outputs, from one clean process that runs both (a process of each imported
+    torch and transformers again: ~5 s), with what the two tests below compare them with."""
+    tmp = tmp_path_factory.mktemp("in_transformers")
+    expected, load_spec, tokenizers = references(tmp / "load")
+    run, tasks, names, harness_spec = harness_inputs(tmp / "harness")
+    work = tmp / "work"
+    work.mkdir()
+    for name, script, spec in (("load", LOAD_SCRIPT, load_spec), ("harness", HARNESS_SCRIPT, harness_spec)):
+        (work / f"{name}.py").write_text(script)
+        (work / f"{name}.json").write_text(json.dumps(spec))
+    run_script(tmp, BOTH_SCRIPTS, [[f"{name}.py", f"{name}.json", f"{name}.out"] for name in ("load", "harness")])
+    got = torch.load(work / "load.out", weights_only=False)
+    theirs = json.load(open(work / "harness.out"))
+    return dict(load=(expected, tokenizers, got), harness=(run, tasks, names, theirs))
+
+
+BOTH_SCRIPTS = r'''
+import json, runpy, sys
+for argv in json.load(open(sys.argv[1])):  # each script as `python script spec out` would run it
+    sys.argv = argv
+    runpy.run_path(argv[0], run_name="__main__")
+'''
+
+
+@pytest.mark.xdist_group("transformers")
+def test_transformers_loads_every_family_with_our_logits_generation_exits_and_tokenizers(in_transformers):
+    expected, tokenizers, got = in_transformers["load"]
     for case, want in expected.items():
         r = got[case]
         assert r["module"].startswith("transformers_modules."), (case, r["module"])  # the exported files ran
@@ -336,10 +362,11 @@ json.dump(out, open(sys.argv[2], "w"))
 TASK_YAMLS = {name: ADAPTER_YAMLS[name] for name in ("fx_mc.yaml", "fx_lambada.yaml", "fx_rolling.yaml")}
 
 
-def test_lm_eval_hf_model_on_an_export_scores_as_eval_py_harness_on_the_run(tmp_path):
+def harness_inputs(tmp_path):
+    """The run, its export and the local tasks that HARNESS_SCRIPT scores: (run, tasks folder, task names, spec)."""
     import lm_eval
     tasks = tmp_path / "tasks"
-    tasks.mkdir()
+    tasks.mkdir(parents=True)
     with open(tasks / "mc.jsonl", "w", encoding="utf-8") as f:
         f.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in MC_ROWS)
     harness = os.path.join(os.path.dirname(lm_eval.__file__), "tasks")
@@ -353,7 +380,12 @@ def test_lm_eval_hf_model_on_an_export_scores_as_eval_py_harness_on_the_run(tmp_
     names = ["fx_mc", "fx_lambada", "fx_rolling"]
     base = f"pretrained={folder},trust_remote_code=True,device=cpu,dtype=float32"
     spec = dict(tasks_dir=str(tasks), tasks=names, limit=3, runs={"trained": base, "loops=3": base + ",loops=3"})
-    theirs = json.load(open(run_script(tmp_path, HARNESS_SCRIPT, spec)))
+    return run, tasks, names, spec
+
+
+@pytest.mark.xdist_group("transformers")
+def test_lm_eval_hf_model_on_an_export_scores_as_eval_py_harness_on_the_run(in_transformers, tmp_path):
+    run, tasks, names, theirs = in_transformers["harness"]
     ours = ev.main([f"--ckpt={run}", "--harness", f"--tasks={','.join(names)}", f"--include_path={tasks}",
                     "--harness_defaults=False", "--loops=3", "--limit=3", f"--out_dir={tmp_path / 'ev'}",
                     "--progress=False"])["run"]
