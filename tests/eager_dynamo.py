@@ -4,9 +4,10 @@ only: torch.optim's step calls torch._dynamo.graph_break() and its optimizers' h
 torch._disable_dynamo (torch._dynamo.disable), both of which do nothing outside torch.compile; importing the real
 module for them costs 1.3 s of a 4.4 s tiny run (python -X importtime). install() puts this stand-in in its place: it
 answers those two calls, and anything else asked of it (torch.compile, a config read) imports the real module, which
-answers from then on: DDP and FSDP ranks ask for more (torch._dynamo.utils), so only a single process saves the time.
-A run that asks for --compile=True gets the real module from the start."""
+answers from then on. A rank of a distributed run (DDP and FSDP read torch._dynamo's state) and a run that asks for
+--compile=True get the real module from the start."""
 import importlib
+import os
 import sys
 import types
 
@@ -27,8 +28,8 @@ class EagerDynamo(types.ModuleType):
 
 def install():
     import torch
-    if "torch._dynamo" in sys.modules or any("compile=True" in arg for arg in sys.argv):
-        return
+    if "torch._dynamo" in sys.modules or any("compile=True" in arg for arg in sys.argv) or "RANK" in os.environ:
+        return  # (a rank: init_process_group and DDP read torch._dynamo's own state, so a rank imports it anyway)
     stub = EagerDynamo("torch._dynamo")
     stub.graph_break = lambda msg="": None
     stub.disable = _disable
