@@ -27,6 +27,7 @@ tokens/s, MFU, peak memory (weights, optimizer state and the step's transient pe
 executed FLOPs:
 
     python bench.py --device=cuda --preset=gpu --out=gpu.json     # any GPTConfig key still applies, e.g. --n_embd
+    python bench.py --device=cuda --preset=gpu --profile=True     # + each model's GPU kernel time by kind of kernel
 
 The setups (model x dtype x compile) are built and warmed up first, then timed in `rounds` interleaved rounds of `steps`
 steps each; each line is the median step. On a machine shared with other jobs wall-clock times mostly measure
@@ -63,6 +64,7 @@ clock = "wall"  # wall (elapsed time) | cpu (CPU time of this process: robust on
 threads = 0  # torch threads on CPU; 0 = auto, as train.py: OMP_NUM_THREADS if set, else the idle cores
 device = "auto"  # auto (cuda if there is one) | cpu | cuda
 out = ""  # optional JSON file for the results
+profile = False  # on CUDA: each setup's GPU kernel time per step by kind of kernel (torch.profiler, after the timings)
 
 
 def timer(clock_name):
@@ -118,6 +120,43 @@ def graph_breaks(model_cfg, dev, ctx, x):
                   for i, (a, k) in sorted(calls.items())}
         breaks["loss"] = torch._dynamo.explain(model.loss)(logits, x).graph_break_count
     return breaks
+
+
+# (kind, substrings of a CUDA kernel's name): the first kind that matches. Order matters: a grouped GEMM is a
+# cutlass GEMM too, and Triton's fused kernels are named after the ops they fuse (e.g. index_select).
+KERNEL_KINDS = [
+    ("grouped matmul", ("GroupProblemShape",)), ("matmul", ("gemm", "nvjet", "cutlass", "xmma", "cublas")),
+    ("attention", ("sdpa", "flash", "fmha")), ("optimizer and clipping", ("FusedOpti", "adam", "multi_tensor")),
+    ("fused elementwise", ("triton",)), ("gather / scatter", ("index", "gather", "scatter")),
+    ("sort / scan", ("sort", "scan")), ("copies", ("Memcpy", "Memset", "copy"))]
+
+
+def kernel_kind(name):
+    """The kind of a CUDA kernel, from its name (KERNEL_KINDS); "other" when none matches."""
+    return next((kind for kind, keys in KERNEL_KINDS if any(k.lower() in name.lower() for k in keys)), "other")
+
+
+def kernel_ms(rows, steps):
+    """GPU kernel time per step by kind, in ms, from a profile's key_averages() rows over `steps` steps. A range
+    named on the host (record_function, an optimizer's step) is listed on the device too, as a user annotation
+    spanning the same kernels again: those rows are dropped, so each kernel counts once."""
+    ms = dict.fromkeys([kind for kind, _ in KERNEL_KINDS] + ["other"], 0.0)
+    for r in rows:
+        if r.device_type == torch.autograd.DeviceType.CUDA and not r.is_user_annotation:
+            ms[kernel_kind(r.key)] += r.device_time_total / 1e3 / steps
+    return ms
+
+
+def kernel_profile(step, steps=3):
+    """Where a training step's GPU time goes (e.g. what an MoE step spends beyond the dense one): kernel_ms of
+    `steps` steps under torch.profiler."""
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
+                                            torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            step()
+        torch.cuda.synchronize()
+    return kernel_ms(prof.key_averages(), steps)
 
 
 def resident_bytes(model, optimizer):
@@ -199,7 +238,7 @@ def report(s, cfg, ref, label):
     row = dict(preset=cfg["preset"], model=s["name"], n_embd=s["model_cfg"].n_embd, dtype=s["dtype"],
                compiled=s["compiled"], clock=cfg["clock"], threads=torch.get_num_threads(), step_s=dt,
                tokens_per_s=s["tokens"] / dt, flops_per_s=flops, peak_flops_per_s=s["peak"], mfu=mfu,
-               **{k: s[k] for k in ("peak_mem_gib", "sync_free", "sync_error", "graph_breaks") if k in s})
+               **{k: s[k] for k in ("peak_mem_gib", "sync_free", "sync_error", "graph_breaks", "kernel_ms") if k in s})
     if mfu is not None:
         share = f"{100 * mfu:5.1f}% of {s['peak'] / 1e9:.0f} GFLOP/s ({ref})"
     else:
@@ -213,6 +252,10 @@ def report(s, cfg, ref, label):
           f"{s['tokens'] / dt:9,.0f} tok/s {flops / 1e9:7.1f} GFLOP/s = {share}{extra}", flush=True)
     if s.get("sync_error"):
         print(f"  first host sync: {s['sync_error']}")
+    if "kernel_ms" in s:
+        busy = sum(s["kernel_ms"].values())
+        print(f"  GPU kernels per step: {busy:.1f} ms of {dt * 1e3:.1f} ({100 * busy / (dt * 1e3):.0f}% busy): "
+              + " | ".join(f"{kind} {t:.1f}" for kind, t in s["kernel_ms"].items() if t >= 0.05))
     return row
 
 
@@ -246,6 +289,9 @@ def main(argv=None):
     cfg["device"] = pick_device(cfg["device"])
     models = preset_models(cfg, model_cfg, argv)
     on_cuda = cfg["device"].startswith("cuda")
+    if cfg["profile"] and not on_cuda:
+        raise ConfigError(f"bench.py: --profile=True times GPU kernels and needs a CUDA device, not "
+                          f"{cfg['device']!r}: drop --profile on a CPU")
     if not on_cuda:
         torch.set_num_threads(cpu_threads(cfg["threads"]))
         keep_freed_memory()  # as train.py does on CPU
@@ -273,6 +319,8 @@ def main(argv=None):
         s["peak"] = peaks[s["torch_dtype"]]
         if on_cuda:
             s.update(probe_step(s["step"], s["model"], s["optimizer"]))
+            if cfg["profile"]:
+                s["kernel_ms"] = kernel_profile(s["step"])
     for s in setups:  # after the timings and every probe: explain resets dynamo's caches (a probe would recompile)
         if s["compiled"]:
             s["graph_breaks"] = graph_breaks(s["model_cfg"], cfg["device"], s["ctx"], s["x"])

@@ -250,3 +250,38 @@ def test_graph_breaks_are_counted_per_block_and_for_the_gpu_loss(monkeypatch):
     monkeypatch.setattr(model.Block, "forward", with_a_break)
     assert bench.graph_breaks(dense, "cpu", torch.autocast("cpu", torch.bfloat16), x) == {"block 0": 1, "block 1": 1,
                                                                                           "loss": 0}
+
+
+def test_the_gpu_profile_sorts_kernels_by_kind_and_counts_each_once():
+    """bench.py --profile: kernel names seen in an H200 profile go to their kind, and a range named on the host
+    (the optimizer's step), which the device side lists again with its kernels' time, is not counted twice."""
+    import bench
+    names = {"nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT": "matmul",
+             "_ZN7cutlass13device_kernelIN2at4cuda6detail25enable_3x_kernel_for_sm9xINS_4gemm6kernel13GemmUniversalI"
+             "NS5_17GroupProblemShapeIN4cute5tupleIJiiiEEEEE": "grouped matmul",
+             "cudnn_generated_fort_native_sdpa_sm90_flash_bprop_wgmma_f16_knob_26_64x64x64": "attention",
+             "void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous namespace)::"
+             "FusedOptimizerTensorListMetadata<4>": "optimizer and clipping",
+             "triton_red_fused__fused_rms_norm__to_copy_add_index_select_mul_2": "fused elementwise",
+             "void at::native::indexFuncLargeIndex<c10::BFloat16, long, unsigned int, 2, 2, -2, true>":
+                 "gather / scatter",
+             "void at_cuda_detail::cub::DeviceRadixSortOnesweepKernel<>": "sort / scan",
+             "Memcpy DtoD (Device -> Device)": "copies", "void at::native::vectorized_elementwise_kernel<4>": "other"}
+    assert {name: bench.kernel_kind(name) for name in names} == names
+    cpu, cuda = torch.autograd.DeviceType.CPU, torch.autograd.DeviceType.CUDA
+
+    def row(key, device, us, annotation=False):
+        return types.SimpleNamespace(key=key, device_type=device, device_time_total=us, is_user_annotation=annotation)
+    triton = "triton_poi_fused_mul_silu_silu_backward_2"  # inductor names its launch on the host like the kernel
+    rows = [row("Optimizer.step#AdamW.step", cpu, 6000), row("Optimizer.step#AdamW.step", cuda, 6000, True),
+            row("void at::native::multi_tensor_apply_kernel<FusedOptimizer>", cuda, 6000),
+            row("nvjet_sm90_tst_256x128", cuda, 30000), row("aten::mm", cpu, 30000), row(triton, cpu, 3000),
+            row(triton, cuda, 3000)]
+    ms = bench.kernel_ms(rows, steps=3)
+    assert (ms["optimizer and clipping"], ms["matmul"], ms["fused elementwise"], sum(ms.values())) == (2, 10, 1, 13)
+
+
+def test_the_gpu_profile_refuses_a_cpu_with_one_line():
+    import bench
+    with pytest.raises(bench.ConfigError, match=r"^bench.py: --profile=True times GPU kernels and needs a CUDA device"):
+        bench.main(["--profile=True", "--device=cpu"])
