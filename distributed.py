@@ -19,7 +19,6 @@ import torch.utils.checkpoint
 
 from configurator import ConfigError
 from moe import recomputing
-from optim import is_sharded
 
 
 def pick_device(name):
@@ -161,6 +160,30 @@ def shard_model(model, dtype):
     for block in model.blocks:
         fully_shard(block, mp_policy=bf16 if dtype == torch.bfloat16 else MixedPrecisionPolicy())
     fully_shard(model)
+
+
+def wrap_ddp(model, env, find_unused=False):
+    """DDP around the model (the sharded model of --fsdp is not wrapped). Buffers are not broadcast: each rank keeps
+    its own MoE load counters, which moe.update_biases sums."""
+    return torch.nn.parallel.DistributedDataParallel(
+        model, device_ids=[env.local_rank] if env.device_type == "cuda" else None,
+        find_unused_parameters=find_unused, broadcast_buffers=False)
+
+
+def is_sharded(model):
+    """True for a model that FSDP2's fully_shard has turned into an FSDPModule (asked without importing
+    torch.distributed.fsdp, slow, at every start)."""
+    return hasattr(model, "set_requires_gradient_sync")
+
+
+def sync_gradients(model, on):
+    """Whether the next backward synchronises gradients across ranks: with gradient accumulation only the last
+    micro-batch's does, the others accumulate unsynchronised gradients locally (DDP and FSDP2 each have their own
+    switch; one process has none)."""
+    if isinstance(model, torch.nn.parallel.DistributedDataParallel):
+        model.require_backward_grad_sync = on
+    elif is_sharded(model):
+        model.set_requires_gradient_sync(on)
 
 
 def weights_finite(model):

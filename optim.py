@@ -14,6 +14,7 @@ from contextlib import nullcontext
 import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from distributed import sync_gradients
 from moe import update_biases
 
 
@@ -97,10 +98,7 @@ def train_step(model, optimizer, get_batch, accum=1, ctx=nullcontext(), grad_cli
     loss_sum, aux_sums = 0.0, {}
     for micro in range(accum):
         x, y = get_batch(micro)
-        if isinstance(model, DDP):
-            model.require_backward_grad_sync = micro == accum - 1
-        elif is_sharded(model):  # the others accumulate unsharded gradients locally
-            model.set_requires_gradient_sync(micro == accum - 1)
+        sync_gradients(model, micro == accum - 1)
         with ctx:
             _, loss, aux = model(x, y, rng=rng(micro) if rng is not None else None)
             objective = loss + sum(aux.values()) if aux else loss
@@ -128,12 +126,6 @@ def train_step(model, optimizer, get_batch, accum=1, ctx=nullcontext(), grad_cli
     optimizer.zero_grad(set_to_none=True)
     update_biases(raw, world_size, skipped)  # MoE routers' bias balancing (moe.py): after each optimizer step
     return loss_sum, aux_sums, grad_norm
-
-
-def is_sharded(model):
-    """True for a model that FSDP2's fully_shard has turned into an FSDPModule (asked without importing
-    torch.distributed.fsdp, slow, at every start)."""
-    return hasattr(model, "set_requires_gradient_sync")
 
 
 # -----------------------------------------------------------------------------------------------------------------

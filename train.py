@@ -23,17 +23,16 @@ result.json.
 """
 import torch
 import torch.distributed as dist
-from torch.nn.parallel import DistributedDataParallel as DDP
 
 import kernels
 import scaling
 from checkpoint import Checkpoints, SignalStop, check_training, checkpoint_path, load_sharded, open_run
 from configurator import configure, run
 from data import Prefetcher, load_for_run, to_device, training_vocab
-from distributed import checkpoint_blocks, compile_blocks, setup, shard_model
+from distributed import checkpoint_blocks, compile_blocks, is_sharded, setup, shard_model, wrap_ddp
 from loop import trajectory_rng
 from model import GPT, GPTConfig
-from optim import is_sharded, lr_multiplier, make_optimizer, set_lr, train_step
+from optim import lr_multiplier, make_optimizer, set_lr, train_step
 from runlog import RunLog, print_sample
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -148,11 +147,7 @@ def build(cfg, model_cfg, ckpt, env):
         start_step, best_val = ckpt["step"], ckpt["best_val"]
         torch.set_rng_state(ckpt["rng_cpu"])
         env.say(f"resumed {cfg['out_dir']} at step {start_step}")
-    model = raw_model  # with --fsdp the sharded model itself
-    if env.ddp and not cfg["fsdp"]:
-        model = DDP(raw_model, device_ids=[env.local_rank] if env.device_type == "cuda" else None,
-                    find_unused_parameters=cfg["ddp_find_unused"],
-                    broadcast_buffers=False)  # each rank keeps its own MoE load counters (moe.update_biases sums them)
+    model = wrap_ddp(raw_model, env, cfg["ddp_find_unused"]) if env.ddp and not cfg["fsdp"] else raw_model
     return model, raw_model, optimizer, scaler, start_step, best_val
 
 
