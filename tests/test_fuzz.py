@@ -230,6 +230,7 @@ def cli_targets():
     import fits
     import sample
     import scaling
+    import verdicts
     import sweep
     import train
     from model import GPT
@@ -348,14 +349,14 @@ def cli_targets():
         "--law=joint", "--out=x", "--", "-h2", "{NOWHERE}", "{EMPTY}", "{NOSPEC}", "{FILE}"],
                               [(fits, "fit_results", started)])
 
-    out["fits ?"] = (fits.main_test, ([], [""], ["nonsense"], ["TTEST"], ["--ttest"]), [],
+    out["fits ?"] = (verdicts.main_test, ([], [""], ["nonsense"], ["TTEST"], ["--ttest"]), [],
                      ["0.1", "0.2", "--looks=2"], [])
     values = ["abc", "nan?", "--margin", "--margin=x", "--margin=-1", "--margin=nan", "--looks=0", "--looks=x",
               "--looks=1.5", "--nonsense=1", "--out={FILE}/x", "--reference=a"]
-    out["fits ttest"] = (fits.main_test, ["ttest"], ["0.1", "0.2", "0.3"], values, [])
-    out["fits tost"] = (fits.main_test, ["tost"], ["--margin=0.1", "0.1", "0.2", "0.3"], values, [])
-    out["fits holm"] = (fits.main_test, ["holm"], ["0.01", "0.04"], values + ["2", "-0.1"], [])
-    out["fits on files"] = (fits.main_test, (["elastic"], ["probes"], ["exits"], ["representation"]),
+    out["fits ttest"] = (verdicts.main_test, ["ttest"], ["0.1", "0.2", "0.3"], values, [])
+    out["fits tost"] = (verdicts.main_test, ["tost"], ["--margin=0.1", "0.1", "0.2", "0.3"], values, [])
+    out["fits holm"] = (verdicts.main_test, ["holm"], ["0.01", "0.04"], values + ["2", "-0.1"], [])
+    out["fits on files"] = (verdicts.main_test, (["elastic"], ["probes"], ["exits"], ["representation"]),
                             [], ["{NOWHERE}.json", "{FILE}", "{LISTJSON}", "{BROKENJSON}", "{EMPTY}", "{RESULTS}",
                                  "--out={FILE}/x", "--pairs=A<B", "--margin=x", "--model=x"], [])
 

@@ -28,6 +28,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 import records  # noqa: E402
+import verdicts  # noqa: E402
 from sweep import file_sha256, load_spec  # noqa: E402
 
 RECORDS = sorted(glob.glob(os.path.join(ROOT, "records", "*2026.md")))  # one per paper (README.md holds the rules)
@@ -69,8 +70,7 @@ def test_a_block_draws_list_items_shared_cells_and_several_entries():
 
 def fits_table(tmp_path, argv, name="table.json"):
     """The JSON `python fits.py table ARGV --out=...` writes in tmp_path."""
-    import fits
-    fits.main_test(["table", *argv, f"--out={tmp_path / name}"])
+    verdicts.main_test(["table", *argv, f"--out={tmp_path / name}"])
     return json.loads((tmp_path / name).read_text())
 
 
@@ -199,7 +199,7 @@ def test_a_block_json_names_its_inputs_and_commit_and_its_command_regenerates_it
         fits.fit_results(argv[3], [a if a != out_arg else f"--out={tmp_path / 'again'}" for a in argv[4:]])
     else:
         assert argv[:2] == ["python", "fits.py"] and f"--out={path}" in argv
-        fits.main_test([a if a != f"--out={path}" else f"--out={out}" for a in argv[2:]])
+        verdicts.main_test([a if a != f"--out={path}" else f"--out={out}" for a in argv[2:]])
     again = json.loads(out.read_text())
     again.pop("provenance"), committed.pop("provenance")
     assert json.dumps(again, sort_keys=True) == json.dumps(committed, sort_keys=True)
