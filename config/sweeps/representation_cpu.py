@@ -17,7 +17,7 @@ flops_per_second = 4e10
 SEEDS = (7, 1337, 42)
 # The decision rule, fixed before any of these runs (records/README.md's standard): per metric, how far it moves
 # across the loop steps (1 - CKA between the first and last step; the range, max - min over the steps, of anisotropy,
-# curvature and normalised prompt entropy: verdicts.representation_evolution), LoopFormer minus the early-exit loop at
+# curvature and normalised prompt entropy: fits.representation_evolution), LoopFormer minus the early-exit loop at
 # each seed; a two-sided paired t-test over the three seeds, Holm over the four metrics. Reproduced for a metric
 # when its Holm-adjusted p < 0.05 with a positive mean (LoopFormer moves more); not reproduced when p < 0.05 with a
 # negative mean; else inconclusive. The finding is reproduced when CKA and at least one other metric are. The
