@@ -131,8 +131,8 @@ def replay(commit, command, out_dir, steps, timeout):
 
 
 def trace(args, result, out, rows=TRACE, key="traces", control=True):
-    """Retrain rows whole at their base commits, the first a control unless control=False (module docstring: the
-    rules of --trace and --rerun)."""
+    """Retrain rows whole at their base commits (or the commit an entry names), the first a control unless
+    control=False (the rules of --trace and --rerun: beside TRACE and RERUN)."""
     result.setdefault(key, {})
     for i, (rows_file, point, *at) in enumerate(rows):
         if not re.search(args.get("only", ""), f"{rows_file} {point}"):
