@@ -478,3 +478,9 @@ def main_test_files(argv, opts, paths):
                       default=float)
     print(json.dumps(out, indent=1, default=float))
     return out
+
+
+if __name__ == "__main__":  # the same commands as `python fits.py ttest|family|table ...`, the name records cite
+    import sys
+    from configurator import run
+    run(main_test, sys.argv[1:])
