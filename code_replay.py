@@ -139,7 +139,8 @@ def trace(args, result, out, rows=TRACE, key="traces", control=True):
             continue
         with open(os.path.join(ROOT, rows_file)) as f:
             row = next(r for r in map(json.loads, f) if r["point"] == point)
-        commit, out_dir = (at or [row["git_rev"].removesuffix("+dirty")])[0], os.path.join(WORK, "trace", point)
+        commit = at[0] if at else row["git_rev"].removesuffix("+dirty")
+        out_dir = os.path.join(WORK, "trace", point)
         args_ = [a for a in row["command"].split() if not a.startswith("--out_dir=") and a != "--resume"]
         args_ = [sys.executable] + args_[args_.index("train.py"):] + [f"--out_dir={out_dir}"]
         shutil.rmtree(out_dir, ignore_errors=True)
