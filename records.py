@@ -12,8 +12,16 @@ The header names the JSON, the entry whose items are the table's rows (a dotted 
 several joined by "," give their rows in turn) and the columns, each `heading=field:format` (a dotted path inside a
 row, a number in it picks a list's item; a Python format spec; a list is formatted item by item and joined by
 " / "; no format: the value as text; the last "=" ends the heading, so `M=1=1.mean:.2f` is headed M=1). Fields
-joined by " ± " share a cell (`mean ± sd=mean:.3f ± sd:.3f`); a cell whose fields are all null reads "–". The first
-column is the row's key (`heading=` with no field first names it; "comparison" otherwise).
+joined by " ± " share a cell (`mean ± sd=mean:.3f ± sd:.3f`); a cell whose fields are all null or missing reads "–"
+(a column that no row has is an error). The first column is the row's key (`heading=` with no field first names it;
+"comparison" otherwise).
+
+A block may read several JSONs (their paths joined by ","): then path 0.x is x in the first, 1.x in the second. An
+entry `LABEL@PATH` gives PATH's rows with LABEL as a first key (a seed beside a layer): each `heading=` with no
+field at the start names one part of the key (one heading: the parts joined by ", "). A cell may be a template,
+`heading={field:format} text {field:format}` (the "={" ends the heading), for several numbers in one cell; in a
+template a field starting with "/" is a path from the top (`{/1.groups.$key.lr_opt:.1e}`: the same row's number in
+the second JSON, $key being the row's own key).
 
 A table of per-seed numbers (runs' validation losses, perplexities at each budget) is drawn from the JSON of
 `python fits.py table rows|exits|elastic ... --out=F.json`: per row and column, the values per seed (`per_seed`),
@@ -54,6 +62,16 @@ def lookup(obj, path):
     return obj
 
 
+def found(obj, path, seen):
+    """lookup, or None where the row lacks the field (a model trained at M=1 has no budget 2); seen counts finds."""
+    try:
+        value = lookup(obj, path)
+    except (KeyError, IndexError):
+        return None
+    seen.append(path)
+    return value
+
+
 def cell(value, fmt):
     if isinstance(value, list):
         return " / ".join(cell(v, fmt) for v in value)
@@ -62,32 +80,68 @@ def cell(value, fmt):
     return format(value, fmt) if fmt else str(value)
 
 
+TEMPLATE_FIELD = re.compile(r"\{([^{}:]+):?([^{}]*)\}")
+
+
+def fill(template, row, numbers, key, seen):
+    """A template cell: each {field:format} drawn from the row (a field from "/": from the top, $key the row's key)."""
+    def one(m):
+        field, fmt = m.group(1).replace("$key", key), m.group(2)
+        return cell(found(numbers, field[1:], seen) if field.startswith("/") else found(row, field, seen), fmt)
+    return TEMPLATE_FIELD.sub(one, template)
+
+
 def render(numbers, rows_path, columns, first="comparison"):
     """The markdown table of the block header's rows and columns, from the JSON's numbers."""
-    spec = [c.strip().rpartition("=")[::2] for c in columns.split("|")]
-    spec = [(heading, [f.partition(":")[::2] for f in fields.split(" ± ")]) for heading, fields in spec]
-    if spec[0][1] == [("", "")]:  # "heading=" first: the heading of the rows' keys
-        first = spec.pop(0)[0]
-    lines = ["| " + " | ".join([first] + [h for h, _ in spec]) + " |", "|---" * (len(spec) + 1) + "|"]
+    spec = []
+    for c in columns.split("|"):
+        if "={" in c:  # a template cell
+            heading, template = c.strip().split("={", 1)
+            spec.append((heading, "{" + template))
+        else:
+            heading, fields = c.strip().rpartition("=")[::2]
+            spec.append((heading, [f.partition(":")[::2] for f in fields.split(" ± ")]))
+    keys = []
+    while spec and spec[0][1] == [("", "")]:  # "heading=" first: the headings of the rows' keys
+        keys.append(spec.pop(0)[0])
+    keys = keys or [first]
+    lines = ["| " + " | ".join(keys + [h for h, _ in spec]) + " |", "|---" * (len(spec) + len(keys)) + "|"]
+    seen = [[] for _ in spec]  # a field a row lacks reads "–"; a column no row has is a mistake in the header
     for part in rows_path.split(","):
+        label, _, part = part.rpartition("@")
         for key, row in lookup(numbers, part).items():
             if key == "provenance":
                 continue
-            cells = [key.replace("<", "&lt;")]
-            for _, fields in spec:
-                values = [lookup(row, field) for field, _ in fields]
+            names = [label, key] if label else [key]
+            cells = [n.replace("<", "&lt;") for n in (names if len(keys) > 1 else [", ".join(names)])]
+            for (_, fields), hits in zip(spec, seen):
+                if isinstance(fields, str):
+                    cells.append(fill(fields, row, numbers, key, hits))
+                    continue
+                values = [found(row, field, hits) for field, _ in fields]
                 cells.append(" ± ".join(cell(v, fmt) for v, (_, fmt) in zip(values, fields))
                              if any(v is not None for v in values) else "–")
             lines.append("| " + " | ".join(cells) + " |")
+    for (heading, _), hits in zip(spec, seen):
+        if not hits:
+            raise KeyError(f"no row has the fields of the column {heading!r}")
     return "\n".join(lines) + "\n"
+
+
+def load(paths):
+    """The numbers a block reads: its JSON, or the list of its JSONs where it names several (joined by ",")."""
+    files = []
+    for path in paths.split(","):
+        with open(path) as f:
+            files.append(json.load(f))
+    return files[0] if len(files) == 1 else files
 
 
 def blocks(text):
     """(match, the block as its JSON draws it) for every generated block of a record's text."""
     for m in BLOCK.finditer(text):
-        path, rows_path, columns, _ = m.groups()
-        with open(path) as f:
-            yield m, render(json.load(f), rows_path, columns)
+        paths, rows_path, columns, _ = m.groups()
+        yield m, render(load(paths), rows_path, columns)
 
 
 def regenerate(text):

@@ -39,8 +39,15 @@ def read(path):
         return f.read()
 
 
-def block_jsons():
-    return sorted({m.group(1) for r in RECORDS for m in records.BLOCK.finditer(read(r))})
+def is_study(doc):
+    """A JSON written by early_exit.py, analyze.py or eval.py from checkpoints (its provenance is checked below)."""
+    return isinstance(doc, dict) and ("analysis" in doc or "results" in doc and ("meta" in doc or "config" in doc))
+
+
+def block_jsons(studies=False):
+    """The JSONs the records' generated blocks read: those a fits.py or scaling.py command wrote (or the studies)."""
+    paths = {p for r in RECORDS for m in records.BLOCK.finditer(read(r)) for p in m.group(1).split(",")}
+    return sorted(p for p in paths if is_study(json.loads(read(os.path.join(ROOT, p)))) == studies)
 
 
 def test_every_record_has_generated_blocks_and_each_equals_its_json(monkeypatch):
@@ -66,6 +73,31 @@ def test_a_block_draws_list_items_shared_cells_and_several_entries():
         "| M | M=1 | both | m ± s |\n|---|---|---|---|\n"
         "| 1 | 2.50 | 1.2 / 2.5 | +0.50 ± 0.250 |\n"
         "| 4 | 4.00 | 3.0 / 4.0 | – |\n")
+
+
+def test_a_block_draws_labelled_entries_of_several_jsons_and_template_cells(tmp_path, monkeypatch):
+    """Two JSONs (0.x, 1.x), entries LABEL@PATH whose label fills the first of two key columns (one key column: the
+    parts joined by ", "), and template cells: several numbers in one cell, and from "/" a number of the other JSON
+    at the row's own key ($key), against tables written by hand."""
+    a = {"result": {"1": {"m": [[1.0, 0.5], [0.5, 1.0]]}, "2": {"m": [[1.0, 0.25], [0.125, 1.0]]}}}
+    b = {"result": {"1": {"m": [[1.0, -0.125], [0.5, 1.0]]}, "2": {"m": [[2.0, 0.75], [0.0, 1.0]]}}}
+    monkeypatch.chdir(tmp_path)
+    for name, doc in (("a.json", a), ("b.json", b)):
+        (tmp_path / name).write_text(json.dumps(doc))
+    numbers = records.load("a.json,b.json")
+    columns = "0-1, 1-0={m.0.1:.2f}, {m.1.0:.3f} | a's 0-1={/0.result.$key.m.0.1:+.1f} | diag=m.0.0:.0f"
+    assert records.render(numbers, "7@0.result,42@1.result", "seed= | layer= | " + columns) == (
+        "| seed | layer | 0-1, 1-0 | a's 0-1 | diag |\n|---|---|---|---|---|\n"
+        "| 7 | 1 | 0.50, 0.500 | +0.5 | 1 |\n| 7 | 2 | 0.25, 0.125 | +0.2 | 1 |\n"
+        "| 42 | 1 | -0.12, 0.500 | +0.5 | 1 |\n| 42 | 2 | 0.75, 0.000 | +0.2 | 2 |\n")
+    assert records.render(numbers, "7@0.result", "seed, layer= | diag=m.0.0:.1f") == (
+        "| seed, layer | diag |\n|---|---|\n| 7, 1 | 1.0 |\n| 7, 2 | 1.0 |\n")
+    # a field a row lacks reads "–" (a model trained at M=1 has no budget 2); one that no row has is an error
+    rows = {"M1": {"budgets": {"1": 5.5}}, "M2": {"budgets": {"1": 7.25, "2": 6.0}}}
+    assert records.render(rows, ".", "model= | M=2=budgets.2:.1f | M=1, 2={budgets.1:.2f}, {budgets.2:.2f}") == (
+        "| model | M=2 | M=1, 2 |\n|---|---|---|\n| M1 | – | 5.50, – |\n| M2 | 6.0 | 7.25, 6.00 |\n")
+    with pytest.raises(KeyError, match="M=3"):
+        records.render(rows, ".", "model= | M=3=budgets.3:.1f")
 
 
 def fits_table(tmp_path, argv, name="table.json"):
@@ -231,9 +263,7 @@ def study_provenance_errors(root):
     errors, seen = [], set()
     for path in sorted(glob.glob(os.path.join(root, "records", "*", "*.json"))):
         doc = json.loads(read(path))
-        doc = doc if isinstance(doc, dict) else {}
-        written_by_a_study = "analysis" in doc or "results" in doc and ("meta" in doc or "config" in doc)
-        if not written_by_a_study:
+        if not is_study(doc):
             continue
         name = os.path.relpath(path, root)
         prov = doc.get("provenance") or (doc.get("meta") or {}).get("provenance")
