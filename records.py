@@ -18,7 +18,8 @@ joined by " ± " share a cell (`mean ± sd=mean:.3f ± sd:.3f`); a cell whose fi
 
 A block may read several JSONs (their paths joined by ","): then path 0.x is x in the first, 1.x in the second. An
 entry `LABEL@PATH` gives PATH's rows with LABEL as a first key (a seed beside a layer): each `heading=` with no
-field at the start names one part of the key (one heading: the parts joined by ", "). A cell may be a template,
+field at the start names one part of the key (one heading: the parts joined by ", "); `LABEL#PATH` gives PATH itself
+as one row named LABEL (a fit in a table of fits); "_" in a label reads as a space. A cell may be a template,
 `heading={field:format} text {field:format}` (the "={" ends the heading), for several numbers in one cell; in a
 template a field starting with "/" is a path from the top (`{/1.groups.$key.lr_opt:.1e}`: the same row's number in
 the second JSON, $key being the row's own key).
@@ -108,8 +109,13 @@ def render(numbers, rows_path, columns, first="comparison"):
     lines = ["| " + " | ".join(keys + [h for h, _ in spec]) + " |", "|---" * (len(spec) + len(keys)) + "|"]
     seen = [[] for _ in spec]  # a field a row lacks reads "–"; a column no row has is a mistake in the header
     for part in rows_path.split(","):
-        label, _, part = part.rpartition("@")
-        for key, row in lookup(numbers, part).items():
+        if "#" in part:  # LABEL#PATH: PATH is one row
+            label, part = part.split("#")
+            entries, label = {label.replace("_", " "): lookup(numbers, part)}, ""
+        else:
+            label, _, part = part.rpartition("@")
+            entries, label = lookup(numbers, part), label.replace("_", " ")
+        for key, row in entries.items():
             if key == "provenance":
                 continue
             names = [label, key] if label else [key]
