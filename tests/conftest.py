@@ -38,14 +38,12 @@ SLOWEST_FIRST = (
     "test_analyze.py::test_coordcheck_subcommand",  # 7
     "test_analyze.py::test_residual_subcommand",  # 7
     "test_docs.py::test_every_command_block_runs[COURSE_md-Lecture_9_",  # 6
-    "test_analyze.py::test_committed_analysis_figures_redraw_from_their_json_readably",  # 4-6 each
     "test_train.py::test_resume_after_kill_reproduces_uninterrupted_losses",  # 6
     "test_sweep.py::test_a_terminated_sweep_stops_its_runs",  # 6
     "test_eval.py::test_requests_equal_lm_evaluation_harness_for_every_task_format",  # 5
     "test_fits.py::test_figures_draw_the_probes_that_have_run",  # 5
     "test_eval.py::test_harness_adapter_gives_eval_py_scores_through_simple_evaluate",  # 5
     "test_docs.py::test_every_command_block_runs[",  # 1-5 each
-    "test_eval.py::test_committed_evaluation_figures_redraw_from_their_json_readably",  # 4 each
     "test_fits.py::test_delta_phi_recovers_what_a_design_adds",  # 4 each
 )
 
