@@ -13,7 +13,7 @@ several joined by "," give their rows in turn) and the columns, each `heading=fi
 row, a number in it picks a list's item; a Python format spec; a list is formatted item by item and joined by
 " / "; no format: the value as text; the last "=" ends the heading, so `M=1=1.mean:.2f` is headed M=1). Fields
 joined by " ± " share a cell (`mean ± sd=mean:.3f ± sd:.3f`); a cell whose fields are all null or missing reads "–"
-(a column that no row has is an error). The first column is the row's key (`heading=` with no field first names it;
+(a field that no row has is an error). The first column is the row's key (`heading=` with no field first names it;
 "comparison" otherwise).
 
 A block may read several JSONs (their paths joined by ","): then path 0.x is x in the first, 1.x in the second. An
@@ -63,13 +63,14 @@ def lookup(obj, path):
     return obj
 
 
-def found(obj, path, seen):
-    """lookup, or None where the row lacks the field (a model trained at M=1 has no budget 2); seen counts finds."""
+def found(obj, path, seen, field=None):
+    """lookup, or None where the row lacks the field (a model trained at M=1 has no budget 2); seen collects the
+    fields (as the header writes them) that some row has."""
     try:
         value = lookup(obj, path)
     except (KeyError, IndexError):
         return None
-    seen.append(path)
+    seen.add(field or path)
     return value
 
 
@@ -88,7 +89,8 @@ def fill(template, row, numbers, key, seen):
     """A template cell: each {field:format} drawn from the row (a field from "/": from the top, $key the row's key)."""
     def one(m):
         field, fmt = m.group(1).replace("$key", key), m.group(2)
-        return cell(found(numbers, field[1:], seen) if field.startswith("/") else found(row, field, seen), fmt)
+        obj, path = (numbers, field[1:]) if field.startswith("/") else (row, field)
+        return cell(found(obj, path, seen, m.group(1)), fmt)
     return TEMPLATE_FIELD.sub(one, template)
 
 
@@ -107,7 +109,7 @@ def render(numbers, rows_path, columns, first="comparison"):
         keys.append(spec.pop(0)[0])
     keys = keys or [first]
     lines = ["| " + " | ".join(keys + [h for h, _ in spec]) + " |", "|---" * (len(spec) + len(keys)) + "|"]
-    seen = [[] for _ in spec]  # a field a row lacks reads "–"; a column no row has is a mistake in the header
+    seen = [set() for _ in spec]  # a field a row lacks reads "–"; a field no row has is a mistake in the header
     for part in rows_path.split(","):
         if "#" in part:  # LABEL#PATH: PATH is one row
             label, part = part.split("#")
@@ -128,9 +130,10 @@ def render(numbers, rows_path, columns, first="comparison"):
                 cells.append(" ± ".join(cell(v, fmt) for v, (_, fmt) in zip(values, fields))
                              if any(v is not None for v in values) else "–")
             lines.append("| " + " | ".join(cells) + " |")
-    for (heading, _), hits in zip(spec, seen):
-        if not hits:
-            raise KeyError(f"no row has the fields of the column {heading!r}")
+    for (heading, fields), hits in zip(spec, seen):
+        wanted = TEMPLATE_FIELD.findall(fields) if isinstance(fields, str) else fields
+        if {field for field, _ in wanted} - hits:
+            raise KeyError(f"the column {heading!r}: no row has {sorted({f for f, _ in wanted} - hits)}")
     return "\n".join(lines) + "\n"
 
 

@@ -98,6 +98,8 @@ def test_a_block_draws_labelled_entries_of_several_jsons_and_template_cells(tmp_
         "| model | M=2 | M=1, 2 |\n|---|---|---|\n| M1 | – | 5.50, – |\n| M2 | 6.0 | 7.25, 6.00 |\n")
     with pytest.raises(KeyError, match="M=3"):
         records.render(rows, ".", "model= | M=3=budgets.3:.1f")
+    with pytest.raises(KeyError, match="budget.2"):  # a misspelt field beside a right one in a template cell
+        records.render(rows, ".", "model= | M=1, 2={budgets.1:.2f}, {budget.2:.2f}")
     # LABEL#PATH: one row (a fit beside other fits), "_" in a label a space
     assert records.render(numbers, "first_fit#0.result.1,second#1.result.2", "fit= | 0-1=m.0.1:+.3f") == (
         "| fit | 0-1 |\n|---|---|\n| first fit | +0.500 |\n| second | +0.750 |\n")
