@@ -12,9 +12,12 @@ schedule's cool-down, a checkpoint, the final evaluation) is not reached; a "+di
 lost, so it is replayed at its base commit.
 
     python code_replay.py [--steps=20] [--timeout=90] [--only=REGEX] [--out=records/code_replay.json]
+    python code_replay.py --trace --only=REGEX     # retrain TRACE's rows whole, a control first
+    python code_replay.py --rerun [--only=REGEX]   # retrain RERUN's rows whole at the commit each names
 
 PLAN names what is replayed (an arm of a rows file at the commits its comparisons mix, chosen from
-records/code_mix.json); each record cites the result beside the verdict it concerns.
+records/code_mix.json); each record cites the result beside the verdict it concerns. TRACE and RERUN hold the
+rules of the whole retrainings, each written before its runs.
 """
 import json
 import os
