@@ -5,11 +5,12 @@
   comparison of arms by scaling.py fit: a second each) reruns to the same numbers.
 - Every figure JSON `scaling.py figures` writes names the rows it fitted, at their committed sha256.
 - Every decimal number in a record's prose is a value of a JSON (or JSON-lines rows) file in the record's own
-  directory, at the precision printed (a fraction also in percent, on a line that has a %; 2.38M is 2.38e6, also
-  in a range 2.38-2.41M), or is marked: a paper's number (a **Paper.** paragraph, a table's "paper" column, or
-  `<!-- paper: N ... -->` on its line), a timing (a time unit follows it, or `<!-- timing: N ... -->`), a
-  mathematical constant (`<!-- math: N ... -->`: a critical t, ln 256), a reference (arXiv id, §, Fig., Table),
-  or arithmetic on sourced numbers (`<!-- derived: N = EXPR -->`, checked). A number typed from nowhere fails.
+  directory (or of records/code_replay.json), at the precision printed (a fraction also in percent, on a line that
+  has a %; 2.38M is 2.38e6, also in a range 2.38-2.41M), or is marked: a paper's number (a **Paper.** paragraph, a
+  table's "paper" column, or `<!-- paper: N ... -->` on its line), a timing (a time unit follows it, or
+  `<!-- timing: N ... -->`), a mathematical constant (`<!-- math: N ... -->`: a critical t, ln 256), a reference
+  (arXiv id, §, Fig., Table), or arithmetic on sourced numbers (`<!-- derived: N = EXPR -->`, checked). A number
+  typed from nowhere fails.
 """
 import functools
 import glob
@@ -347,9 +348,11 @@ def json_numbers(obj):
 
 @functools.lru_cache(maxsize=None)
 def directory_numbers(directory):
-    """The numbers of a record directory's JSON and JSON-lines files, each as text at 0-6 decimals."""
+    """The numbers of a record directory's JSON and JSON-lines files, and of records/code_replay.json (the
+    retrainings every record's code-of-the-rows section cites), each as text at 0-6 decimals."""
     shown = set()
-    for path in glob.glob(os.path.join(directory, "*.json")) + glob.glob(os.path.join(directory, "*.jsonl")):
+    shared = [os.path.join(ROOT, "records", "code_replay.json")]
+    for path in glob.glob(os.path.join(directory, "*.json")) + glob.glob(os.path.join(directory, "*.jsonl")) + shared:
         with open(path) as f:
             docs = [json.load(f)] if path.endswith(".json") else [json.loads(line) for line in f if line.strip()]
         for v in json_numbers(docs):
