@@ -22,7 +22,8 @@ field at the start names one part of the key (one heading: the parts joined by "
 as one row named LABEL (a fit in a table of fits); "_" in a label reads as a space. A cell may be a template,
 `heading={field:format} text {field:format}` (the "={" ends the heading), for several numbers in one cell; in a
 template a field starting with "/" is a path from the top (`{/1.groups.$key.lr_opt:.1e}`: the same row's number in
-the second JSON, $key being the row's own key).
+the second JSON, $key being the row's own key). A JSON named `REV:PATH` is read as commit REV holds it: the table
+of an earlier stage of a study (one seed of five) regenerates from the JSON as it stood then.
 
 A table of per-seed numbers (runs' validation losses, perplexities at each budget) is drawn from the JSON of
 `python fits.py table rows|exits|elastic ... --out=F.json`: per row and column, the values per seed (`per_seed`),
@@ -45,6 +46,7 @@ import glob
 import json
 import os
 import re
+import subprocess
 import sys
 
 BLOCK = re.compile(r"<!-- generated from (\S+) (\S+): (.*?) -->\n(.*?)<!-- end generated -->", re.S)
@@ -111,16 +113,16 @@ def render(numbers, rows_path, columns, first="comparison"):
     lines = ["| " + " | ".join(keys + [h for h, _ in spec]) + " |", "|---" * (len(spec) + len(keys)) + "|"]
     seen = [set() for _ in spec]  # a field a row lacks reads "–"; a field no row has is a mistake in the header
     for part in rows_path.split(","):
-        if "#" in part:  # LABEL#PATH: PATH is one row
-            label, part = part.split("#")
-            entries, label = {label.replace("_", " "): lookup(numbers, part)}, ""
+        if "#" in part:  # LABEL#PATH: PATH is one row, named LABEL ($key in its templates)
+            key, part = part.split("#")
+            entries, label, shown = {key: lookup(numbers, part)}, "", key.replace("_", " ")
         else:
             label, _, part = part.rpartition("@")
-            entries, label = lookup(numbers, part), label.replace("_", " ")
+            entries, label, shown = lookup(numbers, part), label.replace("_", " "), None
         for key, row in entries.items():
             if key == "provenance":
                 continue
-            names = [label, key] if label else [key]
+            names = [label, key] if label else [shown or key]
             cells = [n.replace("<", "&lt;") for n in (names if len(keys) > 1 else [", ".join(names)])]
             for (_, fields), hits in zip(spec, seen):
                 if isinstance(fields, str):
@@ -138,9 +140,15 @@ def render(numbers, rows_path, columns, first="comparison"):
 
 
 def load(paths):
-    """The numbers a block reads: its JSON, or the list of its JSONs where it names several (joined by ",")."""
+    """The numbers a block reads: its JSON, or the list of its JSONs where it names several (joined by ","); REV:PATH
+    is the JSON as commit REV holds it (a table of a study's earlier stage, whose JSON was refitted since)."""
     files = []
     for path in paths.split(","):
+        rev, _, path = path.rpartition(":")
+        if rev:
+            files.append(json.loads(subprocess.run(["git", "show", f"{rev}:{path}"], capture_output=True, text=True,
+                                                   check=True).stdout))
+            continue
         with open(path) as f:
             files.append(json.load(f))
     return files[0] if len(files) == 1 else files

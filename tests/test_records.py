@@ -46,9 +46,21 @@ def is_study(doc):
 
 
 def block_jsons(studies=False):
-    """The JSONs the records' generated blocks read: those a fits.py or scaling.py command wrote (or the studies)."""
-    paths = {p for r in RECORDS for m in records.BLOCK.finditer(read(r)) for p in m.group(1).split(",")}
+    """The JSONs of today's tree the records' generated blocks read: those a fits.py or scaling.py command wrote (or
+    the studies). A REV:PATH, a JSON as an earlier commit holds it, is checked by test_a_block_of_an_earlier_stage."""
+    paths = {p for r in RECORDS for m in records.BLOCK.finditer(read(r)) for p in m.group(1).split(",") if ":" not in p}
     return sorted(p for p in paths if is_study(json.loads(read(os.path.join(ROOT, p)))) == studies)
+
+
+def test_a_block_of_an_earlier_stage_reads_a_commit_of_main():
+    """A block that draws an earlier stage of a study (REV:PATH) reads it from a commit in main's history, where
+    the JSON was committed by that commit itself (the stage's own result, not a file carried along)."""
+    staged = {p for r in RECORDS for m in records.BLOCK.finditer(read(r)) for p in m.group(1).split(",") if ":" in p}
+    for rev, path in (p.split(":") for p in sorted(staged)):
+        assert is_ancestor(rev), f"{rev}:{path}: not a commit of main's history"
+        changed = subprocess.run(["git", "show", "--name-only", "--format=", rev], cwd=ROOT, capture_output=True,
+                                 text=True, check=True).stdout.split()
+        assert path in changed, f"{rev}:{path}: that commit did not write {path}"
 
 
 def test_every_record_has_generated_blocks_and_each_equals_its_json(monkeypatch):
