@@ -991,6 +991,7 @@ def main_power(argv):
         raise ConfigError("--calibrate=<pilot results.jsonl> is needed: the law's scale at this data comes from a "
                           "pilot")
     pilot = select_rows(read_results(cfg["calibrate"]), FIT_KEYS)  # fit's defaults: every finished run
+    cfg["provenance"] = provenance([cfg["calibrate"]], ["python", "scaling.py", "power"] + list(argv))
     if cfg["designs"]:
         return power_delta_phi(pilot, specs[0], cfg)
     noise = cfg["noise"] or seed_noise(pilot)
@@ -1004,7 +1005,7 @@ def main_power(argv):
     out = simulate_phi(data, cells, law["theta"], noise, cfg["trials"], cfg["restarts"], cfg["bootstrap"],
                        cfg["boot_restarts"], cfg["seed"], cfg["workers"])
     out.update(law={k: law[k] for k in ("A", "alpha", "B", "beta", "E", "phi", "rmse")}, pilot_runs=len(pilot),
-               seeds=cfg["seeds"], grid=specs[0], only=cfg["only"])
+               seeds=cfg["seeds"], grid=specs[0], only=cfg["only"], provenance=cfg["provenance"])
     return _report(out, cfg["out"])
 
 
@@ -1026,7 +1027,7 @@ def power_delta_phi(rows, spec_path, cfg):
         raise ConfigError("the reference has no point run with two seeds to measure the noise on; give --noise=<nats>")
     out = simulate_delta_phi(reference, cfg["reference"], planned, cfg["designs"], cfg["hold"], noise, cfg["trials"],
                              cfg["restarts"], cfg["bootstrap"], cfg["boot_restarts"], cfg["seed"], cfg["workers"])
-    out.update(grid=spec_path, only=cfg["only"])
+    out.update(grid=spec_path, only=cfg["only"], provenance=cfg["provenance"])
     return _report(out, cfg["out"])
 
 
