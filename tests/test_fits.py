@@ -203,6 +203,9 @@ def test_power_cli_calibrates_the_law_and_the_noise_on_a_pilot(tmp_path, capsys)
     assert math.isclose(out["noise"], 0.01 * math.sqrt(2), rel_tol=1e-9)
     assert out["law"]["alpha"] == 0.199 and out["law"]["phi"] == 0.459 and out["pilot_runs"] == 24
     assert out["runs"] == 2 * 5  # the pilot spec's five r=4 widths at its first seed, simulated at two seeds each
+    # its JSON names what regenerates it: the command as typed, the code's commit, the calibration rows' sha256
+    assert out["provenance"]["command"].startswith("python scaling.py power config/sweeps/isodepth_pilot_cpu.py ")
+    assert out["provenance"]["inputs"] == {str(path): sweep.file_sha256(str(path))}
     with pytest.raises(SystemExit, match="calibrate"):
         fits.main_power(["config/sweeps/isodepth_pilot_cpu.py"])
 
