@@ -57,7 +57,7 @@ PLAN = [
 ]
 
 
-# (rows file, point), in groups each traced alone (--only=REGEX), the first row a group selects its control. Chen
+# (rows file, point), in groups each traced alone (--only=REGEX), the first row --only selects the control. Chen
 # et al.'s and Wang et al.'s: the verdict-bearing "+dirty" rows whose retraining costs under 40 core-minutes
 # together (by their process_s: 221 + 248 + 161 + 162 s, with the control's 183 s)
 TRACE = [

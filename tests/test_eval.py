@@ -545,7 +545,7 @@ def test_committed_evaluation_figures_redraw_from_their_json_readably(path, tmp_
     import matplotlib.figure
     copy = tmp_path / os.path.basename(path)
     copy.write_text(open(path).read())
-    figures = []  # the figure as --redraw lays it out and saves it (its PNG is encoded once, in another test)
+    figures = []  # the figure as --redraw saves it (test_command_line_writes_every_depth_setting writes a PNG)
     with mock.patch.object(matplotlib.figure.Figure, "savefig", lambda fig, png, **kw: figures.append((fig, png))):
         (png,) = ev.main([f"--redraw={copy}"])
     ((fig, written),) = figures
