@@ -146,8 +146,11 @@ def load(paths):
     for path in paths.split(","):
         rev, _, path = path.rpartition(":")
         if rev:
-            files.append(json.loads(subprocess.run(["git", "show", f"{rev}:{path}"], capture_output=True, text=True,
-                                                   check=True).stdout))
+            shown = subprocess.run(["git", "show", f"{rev}:{path}"], capture_output=True, text=True)
+            if shown.returncode:
+                raise SystemExit(f"records.py: no {path} at commit {rev} in this clone (a shallow clone lacks the "
+                                 f"commit: git fetch --unshallow): {shown.stderr.strip()}")
+            files.append(json.loads(shown.stdout))
             continue
         with open(path) as f:
             files.append(json.load(f))

@@ -56,6 +56,7 @@ def test_a_block_of_an_earlier_stage_reads_a_commit_of_main():
     """A block that draws an earlier stage of a study (REV:PATH) reads it from a commit in main's history, where
     the JSON was committed by that commit itself (the stage's own result, not a file carried along)."""
     staged = {p for r in RECORDS for m in records.BLOCK.finditer(read(r)) for p in m.group(1).split(",") if ":" in p}
+    assert staged
     for rev, path in (p.split(":") for p in sorted(staged)):
         assert is_ancestor(rev), f"{rev}:{path}: not a commit of main's history"
         changed = subprocess.run(["git", "show", "--name-only", "--format=", rev], cwd=ROOT, capture_output=True,
@@ -86,6 +87,12 @@ def test_a_block_draws_list_items_shared_cells_and_several_entries():
         "| M | M=1 | both | m ± s |\n|---|---|---|---|\n"
         "| 1 | 2.50 | 1.2 / 2.5 | +0.50 ± 0.250 |\n"
         "| 4 | 4.00 | 3.0 / 4.0 | – |\n")
+
+
+def test_a_block_of_a_commit_this_clone_lacks_is_one_line(monkeypatch):
+    monkeypatch.chdir(ROOT)
+    with pytest.raises(SystemExit, match="no records/x.json at commit 0000000 in this clone"):
+        records.load("0000000:records/x.json")
 
 
 def test_a_block_draws_labelled_entries_of_several_jsons_and_template_cells(tmp_path, monkeypatch):
