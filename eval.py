@@ -88,9 +88,8 @@ Data: online, each task loads its Hugging Face dataset (the ids, configs and spl
 definitions) through `datasets`; offline, --data_dir=DIR reads DIR/<task>/<split>.jsonl (or .parquet), which
 `--fetch` writes on a connected machine. The generated probes need no data.
 
-lm-evaluation-harness: --harness registers the model class "looped_gpt" (loglikelihood with the shared-prefix
-cache, loglikelihood_rolling, generate_until with the KV cache and stop strings, all at the requested depth) and
-calls lm_eval.simple_evaluate with the harness's task definitions (or --include_path for local task YAMLs).
+lm-evaluation-harness: --harness runs the harness's own task definitions on this file's Scorer, through the model
+class of harness.py.
 """
 import json
 import math
@@ -109,11 +108,11 @@ import early_exit
 from configurator import ConfigError
 from data import json_lines
 from early_exit import log_probs
-from checkpoint import load_model, run_provenance
+from checkpoint import run_provenance
 from distributed import use_device
 from loop import is_looped, last
 from model import KVCache
-from tasks import (LOOPMOE_HARNESS, PROBE_ITEMS, PROBES, SUITE_CAP, SUITES, TASKS,  # the tasks: tasks.py
+from tasks import (PROBE_ITEMS, PROBES, SUITE_CAP, SUITES, TASKS,  # the tasks: tasks.py
                    probe_docs, requests)
 
 LN2 = math.log(2.0)
@@ -667,135 +666,6 @@ def evaluate_perplexity(scorer, label, docs, progress=True):
 
 
 # =====================================================================================================================
-# the lm-evaluation-harness adapter
-
-_HARNESS_CLASS = []
-
-
-class HarnessAdapter:
-    """The lm-evaluation-harness model on a checkpoint (harness_model_class mixes it into lm_eval's TemplateLM):
-    loglikelihood (one item's requests share their prefix's KV cache), loglikelihood_rolling and generate_until at
-    the depth of its Scorer. lm_eval's model_args: ckpt, loops, exit_tau,
-    criterion, exit_fill, device."""
-
-    def __init__(self, scorer=None, ckpt="", loops=0, exit_tau=-1.0, criterion="entropy",
-                 exit_fill="propagate", device="cpu", batch_size=256):
-        super().__init__()
-        if scorer is None:
-            model, state = load_model(ckpt, device)
-            setting = Setting("full", int(loops) or None)
-            if float(exit_tau) >= 0:
-                setting = Setting("exit", None, criterion, float(exit_tau), exit_fill)
-            scorer = Scorer(model, run_tokenizer(model, state), setting, int(batch_size))
-        self.scorer = scorer
-        self.group_keys = None
-
-    @property
-    def eot_token_id(self):
-        return self.scorer.tok.eot
-
-    @property
-    def max_length(self):
-        return self.scorer.T
-
-    def tok_encode(self, string, add_special_tokens=None, **kwargs):
-        return list(self.scorer.tok.encode(string))
-
-    def tok_decode(self, tokens, **kwargs):
-        return self.scorer.tok.decode(tokens)
-
-    def loglikelihood(self, requests, disable_tqdm=False):
-        self.group_keys = [(r.task_name, r.doc_id) for r in requests]  # one item's requests: one group
-        try:
-            return super().loglikelihood(requests, disable_tqdm=True)
-        finally:
-            self.group_keys = None
-
-    def _loglikelihood_tokens(self, requests, disable_tqdm=False, **kwargs):
-        keys = self.group_keys or [tuple(ctx) for _, ctx, _ in requests]
-        groups = {}
-        for i, key in enumerate(keys):
-            groups.setdefault(key, []).append(i)
-        res = self.scorer.score([[(requests[i][1], requests[i][2]) for i in idx] for idx in groups.values()])
-        out = [None] * len(requests)
-        for idx, r in zip(groups.values(), res):
-            for i, (s, greedy, _) in zip(idx, r):
-                out[i] = (s, greedy)
-        return out
-
-    def loglikelihood_rolling(self, requests, disable_tqdm=False):
-        windows = [rolling_windows(self.tok_encode(r.args[0]), self.eot_token_id, self.max_length)
-                   for r in requests]
-        res = self.scorer.score([[w] for doc in windows for w in doc])
-        out, j = [], 0
-        for doc in windows:
-            out.append(sum(r[0][0] for r in res[j:j + len(doc)]))
-            j += len(doc)
-        return out
-
-    def generate_until(self, requests, disable_tqdm=False):
-        out = []
-        for r in requests:
-            context, kwargs = r.args
-            until = kwargs.get("until") or []
-            until = [until] if isinstance(until, str) else list(until)
-            out.append(self.scorer.generate(self.tok_encode(context), int(kwargs.get("max_gen_toks", 256)),
-                                            until))
-        return out
-
-
-def harness_model_class():
-    """The lm-evaluation-harness model class of our checkpoints, registered as "looped_gpt": HarnessAdapter on
-    lm_eval's TemplateLM (lm_eval is imported here only: it takes seconds)."""
-    if _HARNESS_CLASS:
-        return _HARNESS_CLASS[0]
-    from lm_eval.api.model import TemplateLM
-    from lm_eval.api.registry import register_model
-
-    @register_model("looped_gpt")
-    class LoopedLM(HarnessAdapter, TemplateLM):
-        pass
-    _HARNESS_CLASS.append(LoopedLM)
-    return LoopedLM
-
-
-def harness_tasks(text):
-    """'mmlu:5,gsm8k' -> [(task, shots or None)]; 'loopmoe' is Chen et al.'s nine."""
-    out = []
-    for part in (p.strip() for p in text.replace("loopmoe", LOOPMOE_HARNESS).split(",") if p.strip()):
-        name, _, shots = part.partition(":")
-        if not name or not (shots.isdigit() or not shots):
-            raise ConfigError(f"config error: --tasks={text!r}: {part!r} is not a harness task as name or name:shots "
-                              "(shots a whole number >= 0)")
-        out.append((name, int(shots) if shots else None))
-    if not out:
-        raise ConfigError("config error: --harness needs --tasks: harness task names, comma-separated (name:shots)")
-    return out
-
-
-def run_harness(scorer, tasks, cfg, task_manager):
-    """lm_eval.simple_evaluate on our model for [(task, shots)]; tasks of the same shot count run together."""
-    import lm_eval
-    lm = harness_model_class()(scorer=scorer)
-    results = {}
-    by_shots = {}
-    for name, shots in tasks:
-        shots = shots if cfg["shots"] < 0 else cfg["shots"]
-        by_shots.setdefault(shots, []).append(name)
-    for shots, names in by_shots.items():
-        scorer.reset()
-        r = lm_eval.simple_evaluate(model=lm, tasks=names, num_fewshot=shots, limit=cfg["limit"] or None,
-                                    task_manager=task_manager, bootstrap_iters=0, log_samples=False,
-                                    random_seed=cfg["seed"], numpy_random_seed=cfg["seed"],
-                                    torch_random_seed=cfg["seed"], fewshot_random_seed=cfg["seed"])
-        for task, metrics in r["results"].items():
-            clean = {k.replace(",none", ""): v for k, v in metrics.items()  # "acc,none" -> "acc"; other filters
-                     if isinstance(v, (int, float)) and "stderr" not in k}  # keep their name (GSM8K's strict-match)
-            results[task] = dict(clean, shots=shots, **scorer.summary())
-    return results
-
-
-# =====================================================================================================================
 # speed: the shared-context cache against scoring each choice separately
 
 
@@ -1006,7 +876,8 @@ def check_settings(cfg):
     if cfg["schedule"]:
         early_exit.schedule_steps(cfg["schedule"])
     if cfg["harness"]:
-        harness_tasks(cfg["tasks"])
+        import harness
+        harness.harness_tasks(cfg["tasks"])
         if cfg["include_path"] and not os.path.isdir(cfg["include_path"]):
             raise ConfigError(f"config error: --include_path={cfg['include_path']} is not a folder (of task YAMLs)")
 
@@ -1040,7 +911,8 @@ def main(argv=None):
     cfg["device"] = use_device(cfg)
     torch.manual_seed(cfg["seed"])
     if cfg["harness"]:
-        return main_harness(cfg)
+        import harness  # lm-evaluation-harness's adapter (harness.py); lm_eval itself loads only there
+        return harness.main_harness(cfg)
     plan = plan_tasks(cfg)
     if not plan and "perplexity" not in cfg["tasks"].split(","):
         raise ConfigError(f"eval.py: --tasks={cfg['tasks']!r} names no task: give suites or tasks, comma-separated "
@@ -1120,36 +992,6 @@ def main_bench(cfg, runs, prefix, auto):
     early_exit.write_json(prefix + ".json", dict(config=cfg, results=out))
     print(f"wrote {prefix}.json")
     return out
-
-
-def task_manager(cfg):
-    """lm-evaluation-harness's index of tasks (its import and indexing take seconds: after every check)."""
-    from lm_eval.tasks import TaskManager
-    return TaskManager(include_path=cfg["include_path"] or None, include_defaults=cfg["harness_defaults"])
-
-
-def main_harness(cfg):
-    runs = early_exit.load_runs(cfg)
-    depths = {name: depth_settings(model, cfg) for name, _, model, _ in runs}  # every model's checked before any runs
-    prefix = early_exit.output_prefix(cfg, runs, "eval_harness")
-    wanted = harness_tasks(cfg["tasks"])
-    tm = task_manager(cfg)
-    results = {}
-    for name, path, model, state in runs:
-        tok = run_tokenizer(model, state)
-        results[name] = {}
-        for setting in depths[name]:
-            print(f"{name} [{setting.name}]: lm-evaluation-harness {', '.join(t for t, _ in wanted)}",
-                  file=sys.stderr)
-            scorer = Scorer(model, tok, setting, cfg["batch_size"], cfg["batch_tokens"], cfg["shared"],
-                            lambda: early_exit.autocast(cfg))
-            r = run_harness(scorer, wanted, cfg, tm)
-            results[name][setting.name] = dict(tasks=r, suites={}, setting=setting._asdict())
-            for task, m in r.items():
-                print(f"  {task}: " + ", ".join(f"{k} {v:.4f}" for k, v in m.items() if isinstance(v, float)))
-    early_exit.write_json(prefix + ".json", dict(config=cfg, results=results))
-    print(f"wrote {prefix}.json")
-    return results
 
 
 if __name__ == "__main__":

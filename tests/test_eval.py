@@ -21,6 +21,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import early_exit as ee
 import eval as ev
+import harness
 import tasks
 from configurator import ConfigError
 from data import get_tokenizer
@@ -445,12 +446,12 @@ def test_harness_adapter_gives_eval_py_scores_through_simple_evaluate(tmp_path):
     from lm_eval.tasks import TaskManager
     with open(tmp_path / "mc.jsonl", "w", encoding="utf-8") as f:
         f.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in MC_ROWS)
-    harness = os.path.join(os.path.dirname(lm_eval.__file__), "tasks")
+    harness_tasks = os.path.join(os.path.dirname(lm_eval.__file__), "tasks")
     for fname, text in ADAPTER_YAMLS.items():
-        (tmp_path / fname).write_text(text.format(dir=tmp_path, harness=harness, fixtures=FIXTURES))
+        (tmp_path / fname).write_text(text.format(dir=tmp_path, harness=harness_tasks, fixtures=FIXTURES))
     model = tiny_looped(block_size=64)
     setting = ev.Setting("loops=3", 3)  # through the adapter at another depth than the trained one
-    lm = ev.harness_model_class()(scorer=ev.Scorer(model, BYTE, setting))
+    lm = harness.harness_model_class()(scorer=ev.Scorer(model, BYTE, setting))
     out = lm_eval.simple_evaluate(model=lm, tasks=["fx_mc", "fx_wino", "fx_lambada", "fx_rolling", "fx_gen"],
                                   task_manager=TaskManager(include_defaults=False, include_path=str(tmp_path)),
                                   bootstrap_iters=0, log_samples=False)["results"]

@@ -18,6 +18,7 @@ import checkpoint
 import configurator
 import data
 import eval as ev
+import harness
 from configurator import ConfigError, configure
 from model import GPTConfig
 
@@ -265,7 +266,7 @@ def cli_targets():
         "--schedule=0", "--schedule=1,1"]
     eval_base = ["--ckpt={LOOPED}", "--tasks=probes", "--limit=2", "--out_dir={OUT}", "--data_dir={EVALROWS}"]
     eval_stubs = [(ev, "Scorer", started), (ev, "download", started), (ev, "benchmark", started),
-                  (ev, "task_manager", started)]
+                  (harness, "task_manager", started)]
     out["eval"] = (ev.main, [], eval_base, eval_bad + [
         "--tasks=nonsense", "--tasks=,", ("--tasks=arc_easy", "--data_dir={NOWHERE}"), ("--fetch", "--data_dir="),
         ("--tasks=perplexity", "--text="), ("--tasks=perplexity", "--text={NOWHERE}/*.txt")], eval_stubs)
