@@ -105,6 +105,7 @@ import numpy as np
 import torch
 
 import early_exit
+import elastic
 from configurator import ConfigError
 from data import json_lines
 from early_exit import log_probs
@@ -296,7 +297,7 @@ def depth_settings(model, cfg):
                 raise ConfigError(f"eval.py: --budget={M}: an elastic budget M must satisfy 1 <= M <= n_loop={L}")
             out.append(Setting(f"budget={M}", M))
         if cfg["schedule"]:
-            steps = early_exit.parse_schedule(cfg["schedule"], L)
+            steps = elastic.parse_schedule(cfg["schedule"], L)
             out.append(Setting(f"schedule={cfg['schedule']}", [s / L for s in steps]))
     else:
         out.append(Setting("full", None))
@@ -874,7 +875,7 @@ def check_settings(cfg):
     if any(not tau >= 0 for tau in taus):
         raise ConfigError(f"config error: --exit_tau={cfg['exit_tau']!r} must be thresholds >= 0, comma-separated")
     if cfg["schedule"]:
-        early_exit.schedule_steps(cfg["schedule"])
+        elastic.schedule_steps(cfg["schedule"])
     if cfg["harness"]:
         import harness
         harness.harness_tasks(cfg["tasks"])

@@ -15,7 +15,7 @@ import numpy as np
 NAMES = {"params_active": "active parameters N (count)", "params_unique_nonembed": "unique parameters N (count)",
          "val_loss": "validation loss (nats)", "lr": "peak learning rate (dimensionless)",
          "flops_budget": "training compute C (FLOPs)", "n_embd": "width {}", "n_layer": "{} layers",
-         "n_loop": "loop count {}"}
+         "n_loop": "loop count {}", "val_ppl": "validation perplexity (e^nats per token)"}
 SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
 
 

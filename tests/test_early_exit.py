@@ -16,6 +16,7 @@ import torch.nn.functional as F
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 import early_exit as ee  # noqa: E402
+import elastic  # noqa: E402
 from figure_checks import assert_drawn, figure_problems  # noqa: E402
 from configurator import ConfigError  # noqa: E402
 from model import GPT, GPTConfig, KVCache, Label  # noqa: E402
@@ -503,24 +504,24 @@ def test_schedule_enumeration_counts_compositions():
     for L in range(1, 13):
         total = 0
         for M in range(1, L + 1):
-            comps = ee.compositions(L, M)
+            comps = elastic.compositions(L, M)
             assert len(comps) == math.comb(L - 1, M - 1) == len(set(comps))
             assert all(len(c) == M and sum(c) == L and min(c) >= 1 for c in comps)
             total += len(comps)
         assert total == 2 ** (L - 1)
-    assert len(ee.compositions(8, 4)) == 35 and len(ee.compositions(12, 6)) == 462  # Jeddi et al., Fig. 5
-    assert ee.compositions(4, 2) == [(1, 3), (2, 2), (3, 1)]
-    assert ee.parse_schedule("4,2,1,1", 8) == (4, 2, 1, 1)
+    assert len(elastic.compositions(8, 4)) == 35 and len(elastic.compositions(12, 6)) == 462  # Jeddi et al., Fig. 5
+    assert elastic.compositions(4, 2) == [(1, 3), (2, 2), (3, 1)]
+    assert elastic.parse_schedule("4,2,1,1", 8) == (4, 2, 1, 1)
     with pytest.raises(ConfigError, match="summing to n_loop=8"):
-        ee.parse_schedule("4,2,1", 8)
+        elastic.parse_schedule("4,2,1", 8)
     with pytest.raises(ValueError, match="1 <= M <= L"):
-        ee.compositions(4, 5)
+        elastic.compositions(4, 5)
 
 
 def test_elastic_study_of_a_loopformer():
     model = tiny_looped(2, loop_cond="loopformer", cond_init="normal", n_loop=4)
     batches = [batch(0, B=2, T=16)]
-    r = ee.elastic_study(model, batches, budget=2, schedule=(2, 1, 1), progress=False)
+    r = elastic.elastic_study(model, batches, budget=2, schedule=(2, 1, 1), progress=False)
     x, y = batches[0]
     assert not hasattr(model, "schedule")  # nothing to restore: a schedule is an argument, never model state
     assert r["budgets"][4] == pytest.approx(math.exp(model(x, y)[1].item()), rel=1e-6)
@@ -535,9 +536,9 @@ def test_elastic_study_of_a_loopformer():
     # a one-pass model is the fixed-depth baseline at M = 1 (Table 1's rows trained at a budget): its own loss
     gpt = tiny_gpt()
     own = math.exp(gpt(x, y)[1].item())
-    assert ee.elastic_study(gpt, batches, progress=False)["budgets"] == {1: pytest.approx(own, rel=1e-6)}
+    assert elastic.elastic_study(gpt, batches, progress=False)["budgets"] == {1: pytest.approx(own, rel=1e-6)}
     with pytest.raises(ValueError, match="1 <= M <= L"):
-        ee.elastic_study(gpt, batches, budget=2, progress=False)
+        elastic.elastic_study(gpt, batches, budget=2, progress=False)
 
 
 # -----------------------------------------------------------------------------------------------------------------
@@ -623,7 +624,7 @@ def test_committed_exit_and_elastic_figures_show_their_numbers_readably(kind, pa
     names, no bar axis cut short, no overlapping tick labels)."""
     import matplotlib.pyplot as plt
     results = json.load(open(path))["results"]
-    fig = (ee.draw_exits if kind == "exits" else ee.draw_elastic)(results)
+    fig = (ee.draw_exits if kind == "exits" else elastic.draw_elastic)(results)
     assert figure_problems(fig) == []
     if kind == "exits":
         points = [(100 * p[key], p["ppl"]) for r in results.values() for e in r["criteria"].values()

@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 import checkpoint
 import configurator
 import data
+import elastic
 import eval as ev
 import harness
 from configurator import ConfigError, configure
@@ -280,7 +281,9 @@ def cli_targets():
         "--out_dir={FILE}/x", "--schedule=abc", "--schedule=0", "--budget=-1", "--fill=nonsense", "--taus=abc",
         "--taus=-1", "--prompt_len=0", "--new_tokens=1", "--bench_batch=0", "--repeats=0"]
     exit_base = ["--ckpt={LOOPED}", "--data_dir={DATA}", "--out_dir={OUT}", "--eval_tokens=64", "--n_tau=4"]
-    exit_stubs = [(early_exit, name, started) for name in ("evaluate_exits", "elastic_study", "benchmark_decoding")]
+    exit_stubs = [(module, name, started) for module, name in ((early_exit, "evaluate_exits"),
+                                                                (elastic, "elastic_study"),
+                                                                (early_exit, "benchmark_decoding"))]
     out["early_exit"] = (early_exit.main, [], exit_base, exit_bad + ["--ckpt={PLAIN}", "--criteria=,"], exit_stubs)
     out["early_exit elastic"] = (early_exit.main, [], exit_base + ["--mode=elastic"],
                                  exit_bad + ["--budget=9", "--schedule=1,1"], exit_stubs)
