@@ -139,3 +139,58 @@ def test_train_py_on_cuda_compiled_bf16_learns_and_resumes_after_a_signal(data_d
     off = max(abs(resumed[s] - ref[s]) for s in ref)
     print(f"resumed vs uninterrupted: {off:.3g}; two uninterrupted runs: {run_to_run:.3g}")
     assert off == 0 if run_to_run == 0 else off < 1e-2, (resumed, ref)
+
+
+# ---- NCCL (one rank under torchrun) and the memory prediction ---------------------------------------------------
+
+MEMORY_MODEL = ["--n_embd=512", "--head_dim=64", "--block_size=1024", "--batch_size=8"]
+MEMORY_RUNS = {  # name: (train.py keys, which scaling.memory_per_gpu entry predicts the run)
+    "ddp_stored": (["--n_layer=8"], ("ddp", "total")),
+    "fsdp_stored": (["--n_layer=8", "--fsdp=True"], ("fsdp", "total")),
+    "fsdp_looped_moe_checkpointed": (["--n_layer=2", "--n_loop=2", "--n_expert=8", "--top_k=2", "--fsdp=True",
+                                      "--activation_checkpointing=True"], ("fsdp", "total_checkpointed")),
+}
+
+
+@pytest.fixture(scope="module")
+def nccl_runs(data_dir, tmp_path_factory):
+    """Each MEMORY_RUNS run: 6 eager bf16 steps through torchrun with one rank, so the process group is NCCL's."""
+    import subprocess
+    import sys
+    from test_train import REPO, TRAIN_PY
+    root, done = tmp_path_factory.mktemp("nccl"), {}
+    for name, (keys, _) in MEMORY_RUNS.items():
+        out = str(root / name)
+        res = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=1",
+                              TRAIN_PY] + data_dir + MEMORY_MODEL + keys +
+                             ["--device=cuda", "--dtype=bfloat16", "--compile=False", "--max_iters=6",
+                              "--warmup_iters=2", "--eval_interval=3", "--eval_tokens=8192", "--log_interval=1",
+                              "--sample_tokens=0", f"--out_dir={out}"], cwd=REPO, capture_output=True, text=True)
+        assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
+        done[name] = out
+    return done
+
+
+@pytest.mark.xdist_group("nccl")  # with -n N --dist loadgroup the runs are made once, in one worker
+def test_nccl_ddp_and_fsdp_on_one_gpu_learn_alike(nccl_runs):
+    """DDP and FSDP2 through NCCL (one rank) train the same model to the same losses within bf16 rounding (FSDP
+    gathers bf16 weights where DDP's autocast casts them), and both learn."""
+    ddp, fsdp = losses(nccl_runs["ddp_stored"]), losses(nccl_runs["fsdp_stored"])
+    assert ddp.keys() == fsdp.keys() and ddp[max(ddp)] < ddp[0] - 0.3
+    assert max(abs(ddp[s] - fsdp[s]) for s in ddp) < 2e-2, (ddp, fsdp)
+
+
+@pytest.mark.xdist_group("nccl")
+@pytest.mark.parametrize("name", list(MEMORY_RUNS))
+def test_memory_prediction_is_what_the_gpu_allocates(nccl_runs, name):
+    """`scaling.py count --memory`'s bytes per GPU (parameters, gradients, optimizer state, gathered weights,
+    autocast's copies, one micro-batch's activations stored or checkpointed) against the run's peak of
+    torch.cuda.max_memory_allocated (the caching allocator's count: no CUDA context or NCCL buffers): within 10%."""
+    import scaling
+    keys, (mode, total) = MEMORY_RUNS[name]
+    predicted = scaling.main(["count"] + MEMORY_MODEL + keys + ["--vocab_size=256", "--dtype=bfloat16",
+                                                               "--memory", "--gpus=1"])["memory_per_gpu"][mode]
+    measured = max(r["peak_mem_gib"] for r in read_log(nccl_runs[name]) if "peak_mem_gib" in r) * 2 ** 30
+    parts = ", ".join(f"{k} {v / 2 ** 30:.3f}" for k, v in predicted.items())
+    print(f"{name}: measured {measured / 2 ** 30:.3f} GiB, predicted {predicted[total] / 2 ** 30:.3f} ({parts})")
+    assert measured == pytest.approx(predicted[total], rel=0.10)
