@@ -408,7 +408,8 @@ def memory_per_gpu(model, cfg, gpus=1):
 
 
 GPU_USABLE = 0.9  # the share of a GPU's memory a run's tensors may fill: the CUDA context, NCCL's buffers and the
-# caching allocator's fragmentation take the rest (a rule of thumb, not measured here: no GPU was lent)
+# caching allocator's fragmentation take the rest (a rule of thumb: tests/test_cuda.py checks the tensors' bytes
+# against the allocator's count, not what it reserves beyond them)
 
 
 def gpus_needed(model, cfg, gpu_bytes, most=1024):
