@@ -30,7 +30,7 @@ SLOWEST_FIRST = (
     "@fsdp",  # the xdist group of tests/test_train.py's torchrun launches: ~45
     "@transformers",  # the xdist group of tests/test_export.py's clean transformers and lm_eval process: ~30
     "test_slurm.py::test_a_slurm_sweep_with_a_preempted_point_ends_with_the_local_sweeps_rows",  # 15
-    "test_code_mix.py::test_the_committed_audit_is_today_s",  # 11
+    "@code_mix",  # the xdist group of tests/test_code_mix.py's audit of today's history: ~11
     "test_docs.py::test_exercise_solutions_apply_and_work",  # 9
     "test_docs.py::test_every_command_block_runs[README_md-Evaluation_eval_py_]",  # 8
     "test_fits.py::test_power_of_delta_phi_simulates_each_design_against_the_real_reference",  # 7

@@ -129,6 +129,7 @@ def today():
     return code_audit.audit(ROOT)
 
 
+@pytest.mark.xdist_group("code_mix")  # the audit of today's history (~6 s) is made once, in one worker
 def test_the_committed_audit_is_today_s(today):
     with open(os.path.join(ROOT, "records", "code_mix.json")) as f:
         committed = f.read()
@@ -150,6 +151,7 @@ def unnamed(result, read):
     return out
 
 
+@pytest.mark.xdist_group("code_mix")
 def test_every_group_of_mixed_code_is_named_in_its_record(today):
     def read(path):
         with open(os.path.join(ROOT, path)) as f:
