@@ -683,9 +683,20 @@ def run_residual(cfg, model_cfg):
     bar.close()
     largest = str(max(cfg["loops"]))
     summary = {kind: {s: result[kind][s][largest]["norms"][-1] for s in cfg["scalings"]} for kind in kinds}
-    out = dict(final_norm_at_largest_R=summary, runs=result, increment_cosine=cosines,
+    exponents = {kind: {s: growth_exponent(result[kind][s]) for s in cfg["scalings"]} for kind in kinds}
+    out = dict(final_norm_at_largest_R=summary, growth_exponent=exponents, runs=result, increment_cosine=cosines,
                model_config=model_cfg.to_dict())
     return out, draw_residual(out, cfg)
+
+
+def growth_exponent(per_r):
+    """The exponent of the final residual norm in the loop count between the smallest and largest R measured,
+    log(norm(R_max) / norm(R_min)) / log(R_max / R_min): Wang et al. 2026 (arXiv:2606.18524, §5.1) predict 1 without
+    scaling (correlated increments add up linearly), 1/2 under 1/sqrt(R) and 0 under 1/R. The paper plots norms and
+    prints no exponent; this is the number its ratios compare with."""
+    r = sorted(per_r, key=int)
+    lo, hi = per_r[r[0]]["norms"][-1], per_r[r[-1]]["norms"][-1]
+    return math.log(hi / lo) / math.log(int(r[-1]) / int(r[0]))
 
 
 def draw_residual(out, cfg):

@@ -306,6 +306,20 @@ def test_residual_subcommand(tmp_path):
     one = [r["runs"][kind][s]["1"]["norms"] for kind in ("looped", "nonshared") for s in ("none", "linear")]
     assert all(np.allclose(one[0], o) for o in one)  # R = 1: one pass of the same weights, whatever the rule
     assert len(r["increment_cosine"]["looped"]) == 2
+    for kind in ("looped", "nonshared"):  # the exponent of the norm in R, from R=1 to R=2: log2 of their ratio
+        for s, exponent in r["growth_exponent"][kind].items():
+            norms = r["runs"][kind][s]
+            assert exponent == pytest.approx(np.log2(norms["2"]["norms"][-1] / norms["1"]["norms"][-1]))
+
+
+def test_growth_exponent_is_wang_et_al_s_power_of_r():
+    """Hand-computed: norms growing as R, sqrt(R) and not at all over R = 1 ... 32 give exponents 1, 1/2 and 0 (Wang
+    et al. 2026, arXiv:2606.18524, §5.1: none, 1/sqrt(R), 1/R); only the smallest and largest R count."""
+    for power in (1.0, 0.5, 0.0):
+        per_r = {str(r): {"norms": [9.0, 0.3 * r ** power]} for r in (32, 1, 4)}
+        assert analyze.growth_exponent(per_r) == pytest.approx(power)
+    per_r = {"2": {"norms": [2.0]}, "8": {"norms": [1.0]}, "4": {"norms": [100.0]}}
+    assert analyze.growth_exponent(per_r) == pytest.approx(-0.5)
 
 
 def test_residual_protocol_optimizer_has_wang_settings():
