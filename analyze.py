@@ -1051,10 +1051,11 @@ def main(argv=None):
         result, fig = fn(cfg, model_cfg)
     fig.tight_layout()
     png, js = (os.path.join(cfg["out_dir"], f"{name}.{ext}") for ext in ("png", "json"))
+    # the commit before anything is written: rewriting a committed JSON or PNG would make the tree read as dirty
+    prov = run_provenance([d for d in cfg["ckpt"].split(",") if d], "analyze.py", argv)
     fig.savefig(png, dpi=120, bbox_inches="tight")
     plt.close(fig)
     with open(js, "w") as f:
-        prov = run_provenance([d for d in cfg["ckpt"].split(",") if d], "analyze.py", argv)
         json.dump(to_json(dict(analysis=name, config=cfg, result=result, provenance=prov)), f, indent=1)
     print(f"{name}: wrote {png} and {js} in {time.time() - t0:.1f}s")
     return result

@@ -901,6 +901,10 @@ def fit_results(path, argv, skip_empty=False):
     if not rows:
         return None, []
     out = cfg["out"] or os.path.join(os.path.dirname(os.path.abspath(path)), f"fit_{cfg['law']}")
+    # what regenerates the figure's numbers (records/README.md), taken before any file is rewritten: a committed
+    # JSON or PNG rewritten would make the tree read as dirty
+    prov = provenance([path], ["python", "scaling.py", "fit", path] + list(argv)
+                      + ([f"--out={out}"] if not cfg["out"] else []))
     law = cfg["law"]
     if law == "isoflop":
         result = fit_isoflop(rows, cfg["n_key"] or "params_active", cfg["bootstrap"], cfg["seed"])
@@ -928,11 +932,10 @@ def fit_results(path, argv, skip_empty=False):
         files = figures.plot_compare(result, out)
     else:
         raise ConfigError(f"unknown --law={law!r}: use isoflop | chinchilla | joint | delta_phi | lr | compare")
-    json_path = out + ".json"  # the figure's numbers name what regenerates them (records/README.md)
+    json_path = out + ".json"
     with open(json_path) as f:
         numbers = json.load(f)
-    numbers["provenance"] = provenance([path], ["python", "scaling.py", "fit", path] + list(argv)
-                                       + ([f"--out={out}"] if not cfg["out"] else []))
+    numbers["provenance"] = prov
     with open(json_path, "w") as f:
         json.dump(numbers, f, indent=1, default=float)
     return result, files

@@ -305,8 +305,9 @@ def main_table(argv, opts):
                 d = None if cols is ref else [a - b for a, b in zip(v, ref[col])]
                 c.update(d=d, d_mean=d and float(np.mean(d)),
                          d_se=d and float(np.std(d, ddof=1) / math.sqrt(len(d))) if len(v) > 1 else None)
+    prov = provenance(files, ["python", "fits.py"] + list(argv))  # before the file is opened: it may be tracked
     with open(opts["out"], "w") as f:
-        json.dump(dict(out, provenance=provenance(files, ["python", "fits.py"] + list(argv))), f, indent=1)
+        json.dump(dict(out, provenance=prov), f, indent=1)
     print(json.dumps(out, indent=1))
     return out
 
@@ -395,9 +396,9 @@ def main_family(argv, opts):
         if "margin" not in opts:
             r["verdict"] = "inconclusive" if r["holm_p"] >= 0.05 else "lower" if r["mean"] < 0 else "higher"
     if opts.get("out"):
+        prov = provenance([], ["python", "fits.py"] + list(argv))
         with open(opts["out"], "w") as f:
-            json.dump(dict(out, provenance=provenance([], ["python", "fits.py"] + list(argv))), f, indent=1,
-                      default=float)
+            json.dump(dict(out, provenance=prov), f, indent=1, default=float)
     print(json.dumps(out, indent=1, default=float))
     return out
 
@@ -473,9 +474,9 @@ def main_test_files(argv, opts, paths):
         seeds = [probe_differences(p, opts.get("reference", "vanilla")) for p in paths]
         out = _family({f"{m}/{k}": [s[m][k] for s in seeds] for m in seeds[0] for k in seeds[0][m]})
     if opts.get("out"):  # a committed result names what regenerates it
+        prov = provenance(paths, ["python", "fits.py"] + list(argv))
         with open(opts["out"], "w") as f:
-            json.dump(dict(out, provenance=provenance(paths, ["python", "fits.py"] + list(argv))), f, indent=1,
-                      default=float)
+            json.dump(dict(out, provenance=prov), f, indent=1, default=float)
     print(json.dumps(out, indent=1, default=float))
     return out
 

@@ -304,6 +304,35 @@ def study_provenance_errors(root):
     return errors
 
 
+def test_a_result_rewritten_where_it_lies_names_the_clean_commit(tmp_path, monkeypatch):
+    """A committed result regenerated in place (a verdict, a fit, an analysis): its commit is read before the file is
+    rewritten, so a clean tree reads clean. Planted: a tree that reads dirty while the command's files differ from
+    what they held (as git does once a committed JSON is emptied for writing)."""
+    import analyze
+    import fits
+    import sweep
+    from test_fits import lr_rows
+    rows = tmp_path / "lr.jsonl"
+    rows.write_text("".join(json.dumps(r) + "\n" for r in lr_rows()[0]))
+    out = tmp_path / "out"
+    out.mkdir()
+    tiny = ["--n_embd=32", "--head_dim=16", "--n_layer=1", "--loops=(1,2)", "--n_seeds=1", "--steps=1", "--seq_len=8",
+            "--block_size=8", "--batch_size=1"]
+    for run, files in ((lambda: verdicts.main_test(["family", "a=1,2,3", f"--out={tmp_path / 'family.json'}"]),
+                        ["family.json"]),
+                       (lambda: fits.fit_results(str(rows), ["--law=lr", f"--out={tmp_path / 'fit_lr'}"]),
+                        ["fit_lr.json", "fit_lr.png"]),
+                       (lambda: analyze.main(["residual", f"--out_dir={out}"] + tiny),
+                        ["out/residual.json", "out/residual.png"])):
+        held = [tmp_path / f for f in files]
+        for path in held:
+            path.write_text("committed\n")
+        monkeypatch.setattr(sweep, "git_revision", lambda repo, held=held: "abc" + (
+            "+dirty" if any(p.read_bytes() != b"committed\n" for p in held) else ""))
+        run()
+        assert json.loads(held[0].read_text())["provenance"]["code"] == "abc", files
+
+
 def test_every_study_json_names_its_provenance_or_is_grandfathered(tmp_path):
     assert study_provenance_errors(ROOT) == []
     # planted: a new study JSON without provenance, and a grandfathered one edited
