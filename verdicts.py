@@ -305,7 +305,7 @@ def main_table(argv, opts):
                 d = None if cols is ref else [a - b for a, b in zip(v, ref[col])]
                 c.update(d=d, d_mean=d and float(np.mean(d)),
                          d_se=d and float(np.std(d, ddof=1) / math.sqrt(len(d))) if len(v) > 1 else None)
-    prov = provenance(files, ["python", "fits.py"] + list(argv))  # before the file is opened: it may be tracked
+    prov = provenance(files, ["python", "fits.py"] + list(argv))  # before the file is emptied: it may be committed
     with open(opts["out"], "w") as f:
         json.dump(dict(out, provenance=prov), f, indent=1)
     print(json.dumps(out, indent=1))
@@ -438,6 +438,9 @@ def test_options(argv):
 
 def main_test_files(argv, opts, paths):
     """The commands of main_test that read result JSONs (one per seed)."""
+    # what regenerates the result, read before any file is written (a committed JSON or figure rewritten would make
+    # the tree read as dirty)
+    prov = provenance(paths, ["python", "fits.py"] + list(argv))
     if argv[0] == "exits":
         measure = opts.get("measure", "absolute")
         if measure not in ("absolute", "relative"):
@@ -445,7 +448,7 @@ def main_test_files(argv, opts, paths):
                               "(the penalty in percent of full-depth perplexity)")
         out = exit_comparisons(paths, opts.get("pairs", "Looped<Base,Looped<MoE").split(","), measure,
                                opts["saved"].split(",") if "saved" in opts else None)
-        out["provenance"] = provenance(paths, ["python", "fits.py"] + list(argv))
+        out["provenance"] = prov
         if opts.get("out"):
             with open(opts["out"], "w") as f:
                 json.dump(out, f, indent=1, default=float)
@@ -474,7 +477,6 @@ def main_test_files(argv, opts, paths):
         seeds = [probe_differences(p, opts.get("reference", "vanilla")) for p in paths]
         out = _family({f"{m}/{k}": [s[m][k] for s in seeds] for m in seeds[0] for k in seeds[0][m]})
     if opts.get("out"):  # a committed result names what regenerates it
-        prov = provenance(paths, ["python", "fits.py"] + list(argv))
         with open(opts["out"], "w") as f:
             json.dump(dict(out, provenance=prov), f, indent=1, default=float)
     print(json.dumps(out, indent=1, default=float))

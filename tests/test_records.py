@@ -318,8 +318,12 @@ def test_a_result_rewritten_where_it_lies_names_the_clean_commit(tmp_path, monke
     out.mkdir()
     tiny = ["--n_embd=32", "--head_dim=16", "--n_layer=1", "--loops=(1,2)", "--n_seeds=1", "--steps=1", "--seq_len=8",
             "--block_size=8", "--batch_size=1"]
+    seeds = [os.path.join(ROOT, "records", "jeddi2026", f"elastic3200_{arm}_s{seed}.json")
+             for seed in (7, 1337, 42) for arm in ("loopformer", "plain")]
     for run, files in ((lambda: verdicts.main_test(["family", "a=1,2,3", f"--out={tmp_path / 'family.json'}"]),
                         ["family.json"]),
+                       (lambda: verdicts.main_test(["elastic", *seeds, f"--out={tmp_path / 'elastic.json'}"]),
+                        ["elastic.json", "elastic_curves.png", "elastic_curves.json"]),
                        (lambda: fits.fit_results(str(rows), ["--law=lr", f"--out={tmp_path / 'fit_lr'}"]),
                         ["fit_lr.json", "fit_lr.png"]),
                        (lambda: analyze.main(["residual", f"--out_dir={out}"] + tiny),
