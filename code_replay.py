@@ -176,22 +176,31 @@ def trace(args, result, out, rows=TRACE, key="traces", control=True):
     parallel, running = int(args.get("parallel", 1)), []
 
     def finish(job):
-        rows_file, point, row, commit, out_dir, proc, t, is_control = job
-        if proc.wait():
-            raise RuntimeError(f"{point} at {commit}: train.py exited with {proc.returncode}")
-        with open(os.path.join(out_dir, "result.json")) as f:
+        """Wait for one retraining, record it beside its row; True when it repeats the row bit for bit."""
+        if job["proc"].wait():
+            raise RuntimeError(f"{job['point']} at {job['commit']}: train.py exited with {job['proc'].returncode}")
+        row, commit = job["row"], job["commit"]
+        with open(os.path.join(job["out_dir"], "result.json")) as f:
             again = json.load(f)
         same = again["val_loss"] == row["val_loss"]
-        result[key][f"{rows_file} {point}"] = {
-            "git_rev": row["git_rev"], "retrained_at": commit, "control": is_control,
+        seconds = time.time() - job["start"]
+        result[key][f"{job['rows_file']} {job['point']}"] = {
+            "git_rev": row["git_rev"], "retrained_at": commit, "control": job["control"],
             "val_loss_row": row["val_loss"], "val_loss_retrained": again["val_loss"],
-            "difference": again["val_loss"] - row["val_loss"], "bit_for_bit": same, "process_s": time.time() - t}
-        print(f"{rows_file} {point} at {commit}: {again['val_loss']!r} against the row's {row['val_loss']!r}: "
-              f"{'the same' if same else 'differs'} ({time.time() - t:.0f} s)", flush=True)
+            "difference": again["val_loss"] - row["val_loss"], "bit_for_bit": same, "process_s": seconds}
+        print(f"{job['rows_file']} {job['point']} at {commit}: {again['val_loss']!r} against the row's "
+              f"{row['val_loss']!r}: {'the same' if same else 'differs'} ({seconds:.0f} s)", flush=True)
         with open(out, "w") as f:
             json.dump(result, f, indent=1)
             f.write("\n")
         return same
+
+    def finish_one():
+        """Record the first of the running retrainings to end."""
+        while not (done := [job for job in running if job["proc"].poll() is not None]):
+            time.sleep(2)
+        running.remove(done[0])
+        finish(done[0])
 
     for i, (rows_file, point, *at) in enumerate(rows):
         with open(os.path.join(ROOT, rows_file)) as f:
@@ -203,17 +212,18 @@ def trace(args, result, out, rows=TRACE, key="traces", control=True):
         shutil.rmtree(out_dir, ignore_errors=True)
         proc = subprocess.Popen(args_, cwd=checkout(commit), stdout=subprocess.DEVNULL,
                                 env=dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1"))
-        running.append((rows_file, point, row, commit, out_dir, proc, time.time(), control and i == 0))
-        if control and i == 0 and not finish(running.pop()):
-            print("the control does not repeat its row: this machine cannot trace the others; stopped")
-            return 1
-        while len(running) >= parallel or (i == len(rows) - 1 and running):  # wait for a free slot, then the last
-            done = next((job for job in running if job[5].poll() is not None), None)
-            if done is None:
-                time.sleep(2)
-                continue
-            running.remove(done)
-            finish(done)
+        job = dict(rows_file=rows_file, point=point, row=row, commit=commit, out_dir=out_dir, proc=proc,
+                   start=time.time(), control=control and i == 0)
+        if job["control"]:  # alone, before the others
+            if not finish(job):
+                print("the control does not repeat its row: this machine cannot trace the others; stopped")
+                return 1
+            continue
+        running.append(job)
+        while len(running) >= parallel:
+            finish_one()
+    while running:
+        finish_one()
     return 0
 
 
