@@ -305,9 +305,7 @@ def main_table(argv, opts):
                 d = None if cols is ref else [a - b for a, b in zip(v, ref[col])]
                 c.update(d=d, d_mean=d and float(np.mean(d)),
                          d_se=d and float(np.std(d, ddof=1) / math.sqrt(len(d))) if len(v) > 1 else None)
-    prov = provenance(files, ["python", "fits.py"] + list(argv))  # before the file is emptied: it may be committed
-    with open(opts["out"], "w") as f:
-        json.dump(dict(out, provenance=prov), f, indent=1)
+    write_result(opts["out"], out, provenance(files, ["python", "fits.py"] + list(argv)))
     print(json.dumps(out, indent=1))
     return out
 
@@ -396,9 +394,7 @@ def main_family(argv, opts):
         if "margin" not in opts:
             r["verdict"] = "inconclusive" if r["holm_p"] >= 0.05 else "lower" if r["mean"] < 0 else "higher"
     if opts.get("out"):
-        prov = provenance([], ["python", "fits.py"] + list(argv))
-        with open(opts["out"], "w") as f:
-            json.dump(dict(out, provenance=prov), f, indent=1, default=float)
+        write_result(opts["out"], out, provenance([], ["python", "fits.py"] + list(argv)))
     print(json.dumps(out, indent=1, default=float))
     return out
 
@@ -436,11 +432,16 @@ def test_options(argv):
     return opts
 
 
+def write_result(path, out, prov):
+    """A committed result names what regenerates it (records/README.md): prov, read before anything was written, for
+    rewriting a committed JSON or figure would make the tree read as dirty."""
+    with open(path, "w") as f:
+        json.dump(dict(out, provenance=prov), f, indent=1, default=float)
+
+
 def main_test_files(argv, opts, paths):
     """The commands of main_test that read result JSONs (one per seed)."""
-    # what regenerates the result, read before any file is written (a committed JSON or figure rewritten would make
-    # the tree read as dirty)
-    prov = provenance(paths, ["python", "fits.py"] + list(argv))
+    prov = provenance(paths, ["python", "fits.py"] + list(argv))  # before any file is written (write_result)
     if argv[0] == "exits":
         measure = opts.get("measure", "absolute")
         if measure not in ("absolute", "relative"):
@@ -450,8 +451,7 @@ def main_test_files(argv, opts, paths):
                                opts["saved"].split(",") if "saved" in opts else None)
         out["provenance"] = prov
         if opts.get("out"):
-            with open(opts["out"], "w") as f:
-                json.dump(out, f, indent=1, default=float)
+            write_result(opts["out"], out, prov)
         for name, r in out["comparisons"].items():
             unit = "points" if measure == "relative" else "nats"
             print(f"{name:28s} per seed {' '.join(f'{d:+.3f}' for d in r['per_seed'])}  mean {r['mean']:+.3f} {unit}, "
@@ -476,9 +476,8 @@ def main_test_files(argv, opts, paths):
     else:
         seeds = [probe_differences(p, opts.get("reference", "vanilla")) for p in paths]
         out = _family({f"{m}/{k}": [s[m][k] for s in seeds] for m in seeds[0] for k in seeds[0][m]})
-    if opts.get("out"):  # a committed result names what regenerates it
-        with open(opts["out"], "w") as f:
-            json.dump(dict(out, provenance=prov), f, indent=1, default=float)
+    if opts.get("out"):
+        write_result(opts["out"], out, prov)
     print(json.dumps(out, indent=1, default=float))
     return out
 
