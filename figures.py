@@ -2,7 +2,8 @@
 The figures of the sweeps' statistics (fits.py): a PNG next to a JSON of the numbers it shows, drawn as a lecturer
 puts them on a slide (axis names with their units, readable names from one map, seed spread drawn; the checks are
 tests/figure_checks.py). `python scaling.py fit ...` and `python scaling.py figures records/` call them;
-early_exit.py and analyze.py name their runs with `readable`.
+early_exit.py and analyze.py name their runs with `readable`; `heatmap` draws the matrices between loop steps of
+analyze.py and residual_growth.py.
 """
 import json
 import math
@@ -235,3 +236,19 @@ def plot_elastic_curves(curves, path):
            title=f"mean over {len(next(iter(next(iter(curves.values())).values())))} seeds, band: lowest to highest")
     ax.legend(fontsize=8)
     return _save(fig, {arm: {str(M): v for M, v in per_m.items()} for arm, per_m in curves.items()}, path)
+
+
+def heatmap(ax, matrix, title, axis_label, vmin=None, vmax=None, first=1):
+    """A square matrix (cosines or CKA between loop steps) with its values written in when it is small enough to
+    read; the steps numbered from `first`."""
+    im = ax.imshow(matrix, cmap="viridis", vmin=vmin, vmax=vmax)
+    n = len(matrix)
+    if n <= 12:
+        for i in range(n):
+            for j in range(n):
+                light = im.norm(matrix[i, j]) > 0.6  # dark text on the yellow end of viridis
+                ax.text(j, i, f"{matrix[i, j]:.2f}", ha="center", va="center", fontsize=6, color="k" if light else "w")
+    ticks = range(0, n, max(1, n // 8))
+    ax.set(title=title, xlabel=axis_label, ylabel=axis_label, xticks=ticks, yticks=ticks,
+           xticklabels=[t + first for t in ticks], yticklabels=[t + first for t in ticks])
+    ax.figure.colorbar(im, ax=ax, fraction=0.046)
