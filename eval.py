@@ -107,112 +107,18 @@ import torch
 import early_exit
 import elastic
 from configurator import ConfigError
-from data import json_lines
 from early_exit import log_probs
 from checkpoint import run_provenance
 from distributed import use_device
 from loop import is_looped, last
 from model import KVCache
-from tasks import (PROBE_ITEMS, PROBES, SUITE_CAP, SUITES, TASKS,  # the tasks: tasks.py
-                   probe_docs, requests)
+from tasks import SUITE_CAP, SUITES, TASKS, build_items, download  # the tasks and their data: tasks.py
 
 LN2 = math.log(2.0)
 SHARED_SLACK = 0.1  # items whose shared prefixes differ by at most this fraction batch together (module docstring)
 
 # =====================================================================================================================
-# data
-
-
-def read_rows(path):
-    if path.endswith(".parquet"):
-        import pyarrow.parquet as pq
-        return pq.read_table(path).to_pylist()
-    return [row for _, row in json_lines(path, "mend the line or fetch the split again (--fetch)", "eval.py: ")]
-
-
-def fetch_command(names, data_dir):
-    return f"python eval.py --fetch --tasks={','.join(names)} --data_dir={data_dir or 'DIR'}"
-
-
-def task_rows(task, split, data_dir):
-    """The rows of one split: DIR/<task>/<split>.jsonl|.parquet with data_dir, else the Hugging Face dataset."""
-    if data_dir:
-        for ext in ("jsonl", "parquet"):
-            path = os.path.join(data_dir, task.name, f"{split}.{ext}")
-            if os.path.exists(path):
-                return read_rows(path)
-        raise ConfigError(f"eval.py: no rows for {task.name} in {data_dir}/{task.name}/{split}.jsonl (dataset "
-                          f"{task.path}{'/' + task.config if task.config else ''}, split {split}); on a connected "
-                          f"machine: {fetch_command([task.name], data_dir)}")
-    from data import hub_unreachable
-    why = hub_unreachable()
-    if why:
-        raise ConfigError(f"eval.py: {task.name} needs {task.path} (split {split}) from the Hugging Face Hub, but "
-                          f"{why}; on a connected machine run {fetch_command([task.name], 'DIR')} and pass "
-                          "--data_dir=DIR here")
-    import datasets
-    return list(datasets.load_dataset(task.path, task.config, split=split))
-
-
-def task_docs(task, split, data_dir, seed, n=PROBE_ITEMS):
-    if task.name in PROBES:
-        return probe_docs(task.name, n, seed, "train" if split == "fewshot" else "test")
-    docs = []
-    for n, row in enumerate(task_rows(task, split, data_dir), 1):
-        try:
-            d = task.doc(row)
-            for doc in d if isinstance(d, list) else [] if d is None else [d]:
-                answers = doc["choices"] if task.kind == "mc" else doc.get("contexts")
-                if answers is not None and not 0 <= doc["gold"] < len(answers):
-                    raise IndexError(f"gold answer {doc['gold']} of {len(answers)}")
-                docs.append(doc)
-        except (KeyError, IndexError, TypeError, ValueError) as e:
-            raise ConfigError(f"eval.py: {task.name}, {split} split, row {n}: {type(e).__name__}: {e} (a field "
-                              f"this task reads is missing or out of range): mend the row or fetch the split "
-                              "again") from None
-    return docs
-
-
-def download(names, data_dir):
-    """Write DIR/<task>/<split>.jsonl for every split a task reads (eval and few-shot), from the Hub."""
-    import datasets
-    for name in names:
-        task = TASKS[name]
-        if task.path is None:
-            continue
-        for split in dict.fromkeys(s for s in (task.split, task.fewshot_split) if s):
-            path = os.path.join(data_dir, name, f"{split}.jsonl")
-            if os.path.exists(path):
-                print(f"{path}: already there")
-                continue
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            ds = datasets.load_dataset(task.path, task.config, split=split)
-            with open(path + ".tmp", "w", encoding="utf-8") as f:
-                for row in ds:
-                    f.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
-            os.replace(path + ".tmp", path)
-            print(f"{path}: {len(ds):,} rows")
-
-
-def build_items(task, data_dir, shots, seed, limit):
-    """Docs of the eval split (a seeded uniform subsample of `limit`, if set) and their requests with `shots`
-    few-shot examples each, drawn per item from the few-shot split (seeded; never the item itself)."""
-    docs = task_docs(task, task.split, data_dir, seed, min(limit or PROBE_ITEMS, PROBE_ITEMS))
-    if limit and len(docs) > limit:
-        keep = sorted(random.Random(f"limit:{task.name}:{seed}").sample(range(len(docs)), limit))
-        docs = [docs[i] for i in keep]
-    pool = []
-    if shots:
-        split = "fewshot" if task.name in PROBES else task.fewshot_split
-        pool = task_docs(task, split, data_dir, seed) if split else docs
-    items = []
-    for i, d in enumerate(docs):
-        chosen = []
-        if shots:
-            rng = random.Random(f"shots:{task.name}:{seed}:{i}")
-            chosen = [s for s in rng.sample(pool, min(shots + 1, len(pool))) if s is not d][:shots]
-        items.append((d, requests(task, d, chosen)))
-    return items
+# held-out text (perplexity)
 
 
 def text_documents(source, tokenizer, run_state, max_tokens):

@@ -324,11 +324,11 @@ cfg = GPTConfig(n_layer=2, n_loop=4, residual_scaling="log", {TINY})
 assert abs(loop.residual_multiplier(cfg) - 1 / (1 + math.log(4))) < 1e-12
 assert torch.allclose(GPT(cfg).res_scales, torch.full((2,), 1 / (1 + math.log(4))))""",
     "10_reverse_probe": """
-import eval as ev
-for doc in ev.probe_docs("reverse_words", 5, 0):
+import tasks
+for doc in tasks.probe_docs("reverse_words", 5, 0):
     words = doc["query"].split("\\n")[0].split()
     assert doc["answer"].split() == words[::-1] and len(words) == 6
-assert "reverse_words" in ev.TASKS""",
+assert "reverse_words" in tasks.TASKS""",
 }
 RUNNER = """
 import json, os, sys, traceback

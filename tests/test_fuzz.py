@@ -20,6 +20,7 @@ import data
 import elastic
 import eval as ev
 import harness
+import tasks
 from configurator import ConfigError, configure
 from model import GPTConfig
 
@@ -94,7 +95,7 @@ def test_damaged_eval_rows(tmp_path, how):
     shutil.rmtree(folder, ignore_errors=True)
     shutil.copytree(os.path.join(HERE, "fixtures", "eval", "arc_easy"), folder / "arc_easy")
     damage(folder / "arc_easy" / "test.jsonl", how)
-    one_line_or_fine(lambda: ev.build_items(ev.TASKS["arc_easy"], str(folder), 0, 0, None))
+    one_line_or_fine(lambda: tasks.build_items(tasks.TASKS["arc_easy"], str(folder), 0, 0, None))
 
 
 @settings(**FUZZ)
