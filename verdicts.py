@@ -391,6 +391,7 @@ def main_family(argv, opts):
                               "comparison's per-seed numbers, two seeds or more")
     out = _family(per_seed, opts.get("margin"), looks)
     for r in out.values():
+        r["sd"] = float(np.std(r["per_seed"], ddof=1))  # the seeds' spread, beside the mean's standard error
         if "margin" not in opts:
             r["verdict"] = "inconclusive" if r["holm_p"] >= 0.05 else "lower" if r["mean"] < 0 else "higher"
     if opts.get("out"):

@@ -400,11 +400,13 @@ def json_numbers(obj):
 
 @functools.lru_cache(maxsize=None)
 def directory_numbers(directory):
-    """The numbers of a record directory's JSON and JSON-lines files, and of records/code_replay.json (the
-    retrainings every record's code-of-the-rows section cites), each as text at 0-6 decimals."""
+    """The numbers of a record directory's JSON and JSON-lines files (its subdirectories' too: per-seed fits), and
+    of records/code_replay.json (the retrainings every record's code-of-the-rows section cites), each as text at 0-6
+    decimals."""
     shown = set()
     shared = [os.path.join(ROOT, "records", "code_replay.json")]
-    for path in glob.glob(os.path.join(directory, "*.json")) + glob.glob(os.path.join(directory, "*.jsonl")) + shared:
+    mine = glob.glob(os.path.join(directory, "**", "*.json*"), recursive=True)
+    for path in [p for p in mine if p.endswith((".json", ".jsonl"))] + shared:
         with open(path) as f:
             docs = [json.load(f)] if path.endswith(".json") else [json.loads(line) for line in f if line.strip()]
         for v in json_numbers(docs):
