@@ -141,18 +141,21 @@ def plan(spec, only=""):
     """Every point (whose name matches the regular expression `only`) with its accounting: parameters, FLOPs per
     token, steps and tokens as train.py will compute them (steps = round(C / (F * tokens per step)), at least 1)."""
     from scaling import count_params, flops_per_token, model_on_meta
-    rows = []
+    rows, counted = [], {}  # a model's accounting, once per distinct model: grids repeat one over budgets and seeds
     for p in (p for p in grid_points(spec) if re.search(only, p.name)):
         train, model_cfg = point_settings(spec, p)
-        model = model_on_meta(model_cfg)
-        F = flops_per_token(model, train["flops_convention"], model_cfg.block_size)
+        key = (repr(model_cfg), train["flops_convention"])
+        if key not in counted:
+            model = model_on_meta(model_cfg)
+            counted[key] = (flops_per_token(model, train["flops_convention"], model_cfg.block_size),
+                            flops_per_token(model, "schwethelm"), count_params(model))
+        F, F_schwethelm, params = counted[key]
         per_step = train["batch_size"] * model_cfg.block_size * train["grad_accum"]
         steps = max(1, round(p.flops_budget / F / per_step)) if p.flops_budget > 0 else train["max_iters"]
         if callable(spec.get("lr_for")):  # an LR that depends on the run's tokens (HyperP's data correction)
             p.overrides["lr"] = train["lr"] = float(spec["lr_for"](steps * per_step, model_cfg, train))
         rows.append(dict(point=p, model=model_cfg, train=train, steps=steps, tokens=steps * per_step,
-                         flops_per_token=F, work=steps * per_step * flops_per_token(model, "schwethelm"),
-                         **count_params(model)))
+                         flops_per_token=F, work=steps * per_step * F_schwethelm, **params))
     return rows
 
 
