@@ -774,8 +774,9 @@ def test_exit_comparisons_on_relative_penalties_and_against_the_nearest_schedule
 
 
 def test_family_tests_typed_per_seed_numbers_with_their_looks(tmp_path):
-    """fits.py family: each comparison's paired t-test, its p times its looks (NAME@LOOKS=) into Holm over the
-    family, worked by hand from paired_t_test; the JSON names the command; bad comparisons are one line each."""
+    """fits.py family: each comparison's paired t-test and its seeds' standard deviation, its p times its looks
+    (NAME@LOOKS=) into Holm over the family, worked by hand from paired_t_test; the JSON names the command; bad
+    comparisons are one line each."""
     out = tmp_path / "f.json"
     res = verdicts.main_test(["family", "a@3=1,2,3", "b=-0.1,-0.3,-0.2,-0.25", f"--out={out}"])
     pa, pb = verdicts.paired_t_test([1, 2, 3])["p"], verdicts.paired_t_test([-0.1, -0.3, -0.2, -0.25])["p"]
@@ -783,6 +784,8 @@ def test_family_tests_typed_per_seed_numbers_with_their_looks(tmp_path):
     assert res["a"]["threshold"] == pytest.approx(0.05 / 3) and "looks" not in res["b"]
     assert [res["a"]["holm_p"], res["b"]["holm_p"]] == pytest.approx(verdicts.holm([3 * pa, pb]))
     assert res["b"]["verdict"] == ("lower" if res["b"]["holm_p"] < 0.05 else "inconclusive")
+    # the seeds' standard deviation, by hand: 1, 2, 3 spread by 1; b's squared deviations from -0.2125 sum to 0.021875
+    assert res["a"]["sd"] == pytest.approx(1.0) and res["b"]["sd"] == pytest.approx(math.sqrt(0.021875 / 3))
     assert json.loads(out.read_text())["provenance"]["command"].startswith("python fits.py family a@3=1,2,3 ")
     for bad in ("a=1", "a@0=1,2", "=1,2", "a=x,y", "a@k=1,2"):
         with pytest.raises(SystemExit, match="NAME=D1,D2"):
