@@ -498,10 +498,19 @@ def test_fit_cli_writes_figures(tmp_path, capsys, drawn):
 
 def capture(monkeypatch, write=True):
     """The figures figures.py draws, as (Figure, the numbers of its JSON), laid out as figures._save lays them out
-    (and written, unless write=False)."""
+    (and written, unless write=False). Either way pyplot lets go of them, as _save does (a test process that kept
+    every figure open would warn past twenty); the Figure objects stay whole for the checks."""
+    import matplotlib.pyplot as plt
     drawn, save = [], figures._save
-    monkeypatch.setattr(figures, "_save", lambda fig, numbers, path: drawn.append((fig, numbers)) or (
-        save(fig, numbers, path) if write else fig.tight_layout() or []))
+
+    def keep(fig, numbers, path):
+        drawn.append((fig, numbers))
+        if write:
+            return save(fig, numbers, path)
+        fig.tight_layout()
+        plt.close(fig)
+        return []
+    monkeypatch.setattr(figures, "_save", keep)
     return drawn
 
 
