@@ -22,8 +22,10 @@ field at the start names one part of the key (one heading: the parts joined by "
 as one row named LABEL (a fit in a table of fits); "_" in a label reads as a space. A cell may be a template,
 `heading={field:format} text {field:format}` (the "={" ends the heading), for several numbers in one cell; in a
 template a field starting with "/" is a path from the top (`{/1.groups.$key.lr_opt:.1e}`: the same row's number in
-the second JSON, $key being the row's own key). A JSON named `REV:PATH` is read as commit REV holds it: the table
-of an earlier stage of a study (one seed of five) regenerates from the JSON as it stood then.
+the second JSON, $key being the row's own key and $label its entry's label: `none@0.none.groups` beside
+`{/1.$label.groups.$key.lr_opt:.1e}` reads the other fit's rule of the same name). A JSON named `REV:PATH` is read
+as commit REV holds it: the table of an earlier stage of a study (one seed of five) regenerates from the JSON as it
+stood then.
 
 A table of per-seed numbers (runs' validation losses, perplexities at each budget) is drawn from the JSON of
 `python fits.py table rows|exits|elastic ... --out=F.json`: per row and column, the values per seed (`per_seed`),
@@ -87,10 +89,11 @@ def cell(value, fmt):
 TEMPLATE_FIELD = re.compile(r"\{([^{}:]+):?([^{}]*)\}")
 
 
-def fill(template, row, numbers, key, seen):
-    """A template cell: each {field:format} drawn from the row (a field from "/": from the top, $key the row's key)."""
+def fill(template, row, numbers, key, seen, label=""):
+    """A template cell: each {field:format} drawn from the row (a field from "/": from the top, $key the row's key,
+    $label its entry's label)."""
     def one(m):
-        field, fmt = m.group(1).replace("$key", key), m.group(2)
+        field, fmt = m.group(1).replace("$key", key).replace("$label", label), m.group(2)
         obj, path = (numbers, field[1:]) if field.startswith("/") else (row, field)
         return cell(found(obj, path, seen, m.group(1)), fmt)
     return TEMPLATE_FIELD.sub(one, template)
@@ -115,10 +118,11 @@ def render(numbers, rows_path, columns, first="comparison"):
     for part in rows_path.split(","):
         if "#" in part:  # LABEL#PATH: PATH is one row, named LABEL ($key in its templates)
             key, part = part.split("#")
-            entries, label, shown = {key: lookup(numbers, part)}, "", key.replace("_", " ")
+            entries, raw, shown = {key: lookup(numbers, part)}, "", key.replace("_", " ")
         else:
-            label, _, part = part.rpartition("@")
-            entries, label, shown = lookup(numbers, part), label.replace("_", " "), None
+            raw, _, part = part.rpartition("@")
+            entries, shown = lookup(numbers, part), None
+        label = raw.replace("_", " ")
         for key, row in entries.items():
             if key == "provenance":
                 continue
@@ -126,7 +130,7 @@ def render(numbers, rows_path, columns, first="comparison"):
             cells = [n.replace("<", "&lt;") for n in (names if len(keys) > 1 else [", ".join(names)])]
             for (_, fields), hits in zip(spec, seen):
                 if isinstance(fields, str):
-                    cells.append(fill(fields, row, numbers, key, hits))
+                    cells.append(fill(fields, row, numbers, key, hits, raw))
                     continue
                 values = [found(row, field, hits) for field, _ in fields]
                 cells.append(" ± ".join(cell(v, fmt) for v, (_, fmt) in zip(values, fields))

@@ -98,7 +98,7 @@ def test_a_block_of_a_commit_this_clone_lacks_is_one_line(monkeypatch):
 def test_a_block_draws_labelled_entries_of_several_jsons_and_template_cells(tmp_path, monkeypatch):
     """Two JSONs (0.x, 1.x), entries LABEL@PATH whose label fills the first of two key columns (one key column: the
     parts joined by ", "), and template cells: several numbers in one cell, and from "/" a number of the other JSON
-    at the row's own key ($key), against tables written by hand."""
+    at the row's own key ($key) and its entry's label ($label), against tables written by hand."""
     a = {"result": {"1": {"m": [[1.0, 0.5], [0.5, 1.0]]}, "2": {"m": [[1.0, 0.25], [0.125, 1.0]]}}}
     b = {"result": {"1": {"m": [[1.0, -0.125], [0.5, 1.0]]}, "2": {"m": [[2.0, 0.75], [0.0, 1.0]]}}}
     monkeypatch.chdir(tmp_path)
@@ -110,6 +110,11 @@ def test_a_block_draws_labelled_entries_of_several_jsons_and_template_cells(tmp_
         "| seed | layer | 0-1, 1-0 | a's 0-1 | diag |\n|---|---|---|---|---|\n"
         "| 7 | 1 | 0.50, 0.500 | +0.5 | 1 |\n| 7 | 2 | 0.25, 0.125 | +0.2 | 1 |\n"
         "| 42 | 1 | -0.12, 0.500 | +0.5 | 1 |\n| 42 | 2 | 0.75, 0.000 | +0.2 | 2 |\n")
+    # $label: the entry's label in a template's path (the same rule of another fit, a seed's own column)
+    beside = "entry= | layer= | a=m.1.0:.3f | b={/1.$label.$key.m.1.0:.3f}"
+    assert records.render(numbers, "result@0.result", beside) == (
+        "| entry | layer | a | b |\n|---|---|---|---|\n"
+        "| result | 1 | 0.500 | 0.500 |\n| result | 2 | 0.125 | 0.000 |\n")
     assert records.render(numbers, "7@0.result", "seed, layer= | diag=m.0.0:.1f") == (
         "| seed, layer | diag |\n|---|---|\n| 7, 1 | 1.0 |\n| 7, 2 | 1.0 |\n")
     # a field a row lacks reads "–" (a model trained at M=1 has no budget 2); one that no row has is an error
