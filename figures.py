@@ -16,7 +16,7 @@ import numpy as np
 NAMES = {"params_active": "active parameters N (count)", "params_unique_nonembed": "unique parameters N (count)",
          "val_loss": "validation loss (nats)", "lr": "peak learning rate (dimensionless)",
          "flops_budget": "training compute C (FLOPs)", "n_embd": "width {}", "n_layer": "{} layers",
-         "n_loop": "loop count {}", "val_ppl": "validation perplexity (e^nats per token)"}
+         "n_loop": "loop count {}", "val_ppl": "validation perplexity (e^nats per token)", "arch": "{}"}
 SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
 
 
@@ -45,8 +45,30 @@ def _figure(panels, width=5.0, height=4.0):
     return fig, axes[0]
 
 
-def _save(fig, numbers, path):
+def _log_ticks(fig):
+    """Log axes a slide can read: over less than two decades, labels at 1, 2 and 5 times each power of ten, where
+    matplotlib would label its minor ticks until they run into each other; over more, at the powers only; inside a
+    third of a decade, three round values."""
+    from matplotlib.ticker import LogFormatterSciNotation, LogLocator, MaxNLocator, NullFormatter
+    for ax in fig.axes:
+        for axis, (lo, hi) in ((ax.xaxis, ax.get_xlim()), (ax.yaxis, ax.get_ylim())):
+            if axis.get_scale() != "log" or type(axis.get_major_locator()) is not LogLocator:  # fixed ticks stay
+                continue
+            decades = abs(math.log10(hi / lo))
+            axis.set_major_locator(MaxNLocator(3) if decades < 0.3 else  # a few round values inside a narrow span
+                                   LogLocator(subs=(1, 2, 5) if decades < 2 else (1,)))
+            axis.set_major_formatter(LogFormatterSciNotation(minor_thresholds=(math.inf, math.inf)))  # label each
+            axis.set_minor_formatter(NullFormatter())
+
+
+def _layout(fig):
+    """A figure laid out for a slide: readable log ticks, then nothing cut off or overlapping."""
+    _log_ticks(fig)
     fig.tight_layout()
+
+
+def _save(fig, numbers, path):
+    _layout(fig)
     fig.savefig(path + ".png", dpi=120)
     with open(path + ".json", "w") as f:
         json.dump(numbers, f, indent=1, default=float)
@@ -216,8 +238,9 @@ def plot_lr(result, path):
             ax.fill_between(lr, loss - sd, loss + sd, where=np.isfinite(sd), color=color, alpha=0.2, lw=0)
             ax.scatter([g["lr_opt"]], [g["loss_opt"]], marker="*", s=120, color=color, edgecolor="k", zorder=3)
         ax.axvline(res["transferred_lr"], ls=":", color="k")
+        panel = readable(p) if res.get("panel_key", "arch") == "arch" else group_name((res["panel_key"],), p)
         ax.set(xscale="log", xlabel=readable("lr"), ylabel=readable("val_loss"),
-               title=f"{readable(p)}: largest regret {res['max_regret']:.3f} nats")
+               title=f"{panel}: largest regret {res['max_regret']:.3f} nats")
         _legend(ax)
     return _save(fig, result, path)
 

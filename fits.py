@@ -778,7 +778,7 @@ def fit_lr(rows, group=("n_embd",), panel="arch", reference=None, max_loss=float
             same = np.isclose(lr, groups[ref]["grid_best_lr"])
             g["regret_grid"] = float(loss[same].min() - loss.min()) if same.any() else None
         result[str(p)] = dict(reference=ref, transferred_lr=ref_lr, groups=groups, group_keys=list(group),
-                              max_regret=max(g["regret"] for g in groups.values()),
+                              panel_key=panel, max_regret=max(g["regret"] for g in groups.values()),
                               max_regret_rel=max(g["regret_rel"] for g in groups.values()),
                               max_abs_shift_log2=max(abs(g["shift_log2"]) for g in groups.values()))
     return result

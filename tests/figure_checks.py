@@ -27,7 +27,8 @@ def figure_problems(fig):
             named_ticks = isinstance(axis.get_major_formatter(), (FixedFormatter, FuncFormatter))  # categories
             if not re.search(r"\([^()]+\)$", label) and not (named_ticks and not label):
                 problems.append(f"axis label without a unit: {label!r}")
-            boxes = [t.get_window_extent(renderer) for t in axis.get_ticklabels() if t.get_visible() and t.get_text()]
+            boxes = [t.get_window_extent(renderer) for t in axis.get_ticklabels(which="both")  # a log axis within
+                     if t.get_visible() and t.get_text()]                                     # a decade: minor labels
             if any(a.overlaps(b) for a, b in itertools.combinations(boxes, 2)):
                 problems.append(f"tick labels overlap on the axis {label!r}")
         for name in legend + [ax.get_title(), ax.get_xlabel(), ax.get_ylabel()]:

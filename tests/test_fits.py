@@ -507,7 +507,7 @@ def capture(monkeypatch, write=True):
         drawn.append((fig, numbers))
         if write:
             return save(fig, numbers, path)
-        fig.tight_layout()
+        figures._layout(fig)
         plt.close(fig)
         return []
     monkeypatch.setattr(figures, "_save", keep)
@@ -577,6 +577,7 @@ def test_the_names_on_a_slide():
     assert figures.flops_name(3e11) == "3×10¹¹ FLOPs" and figures.flops_name(1e12) == "10¹² FLOPs"
     assert figures.flops_name(4.64e17) == "4.64×10¹⁷ FLOPs"
     assert figures.group_name(("n_layer", "n_loop"), (4, 2)) == "4 layers, loop count 2"
+    assert figures.group_name(("arch", "n_layer"), ("factorized", 4)) == "factorized, 4 layers"  # a curve per rule
     assert figures.readable("params_active") == "active parameters N (count)" and figures.readable("hc_r") == "hc r"
 
 
@@ -593,6 +594,26 @@ def test_the_figure_check_catches_what_a_slide_may_not_show():
     ax.legend(labels=[figures.flops_name(3e11)])
     ax.set(ylim=(0, 2), ylabel=figures.readable("val_loss"), xticklabels=["a", "b", "c"])
     assert figure_problems(fig) == []
+
+
+def test_a_log_axis_within_a_decade_gets_labels_that_do_not_run_into_each_other():
+    """Over less than a decade matplotlib labels its minor ticks (3×10⁻³ against 4×10⁻³: the LR curves of
+    Wang et al.'s grid): the check sees them overlap, and figures._layout labels 1, 2 and 5 times each power instead."""
+    def lr_axis():
+        fig, (ax,) = figures._figure(1)
+        ax.plot([1e-3, 8e-3], [2.0, 1.9])
+        ax.set(xscale="log", xlabel=figures.readable("lr"), ylabel=figures.readable("val_loss"))
+        return fig, ax
+    fig, ax = lr_axis()
+    fig.tight_layout()
+    assert any("tick labels overlap" in p for p in figure_problems(fig))
+    fig, ax = lr_axis()
+    figures._layout(fig)
+    assert figure_problems(fig) == []
+    lo, hi = ax.get_xlim()
+    shown = [t.get_text() for t in ax.xaxis.get_ticklabels(which="both")
+             if t.get_text() and lo <= t.get_position()[0] <= hi]
+    assert shown == ["$\\mathdefault{10^{-3}}$", "$\\mathdefault{2\\times10^{-3}}$", "$\\mathdefault{5\\times10^{-3}}$"]
 
 
 @pytest.mark.parametrize("law,path", record_figures(), ids=lambda v: os.path.basename(str(v)))
