@@ -43,7 +43,7 @@ import routing  # noqa: E402
 from configurator import ConfigError, configure, run  # noqa: E402
 from checkpoint import load_model, run_provenance  # noqa: E402
 from distributed import use_device  # noqa: E402
-from figures import heatmap, readable  # noqa: E402
+from figures import heatmap, layout, readable  # noqa: E402
 from loop import RESIDUAL_RULES  # noqa: E402
 from model import GPT, GPTConfig  # noqa: E402
 from residual_growth import (draw_residual, draw_theorem1, increment_cosine, loop_steps,  # noqa: E402
@@ -702,7 +702,7 @@ def redraw(path):
         raise ConfigError(f"analyze.py redraw: {path} is not the JSON of an analysis with a figure "
                           f"({', '.join(DRAWINGS)}): {e}") from None
     fig = draw(saved["result"], saved["config"])
-    fig.tight_layout()
+    layout(fig)
     png = os.path.splitext(path)[0] + ".png"
     fig.savefig(png, dpi=120, bbox_inches="tight")
     plt.close(fig)
@@ -735,7 +735,7 @@ def main(argv=None):
     t0 = time.time()
     with torch.autocast(torch.device(cfg["device"]).type, dtype=torch.bfloat16, enabled=cfg["dtype"] == "bfloat16"):
         result, fig = fn(cfg, model_cfg)
-    fig.tight_layout()
+    layout(fig)
     png, js = (os.path.join(cfg["out_dir"], f"{name}.{ext}") for ext in ("png", "json"))
     # the commit before anything is written: rewriting a committed JSON or PNG would make the tree read as dirty
     prov = run_provenance([d for d in cfg["ckpt"].split(",") if d], "analyze.py", argv)

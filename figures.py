@@ -52,7 +52,8 @@ def _log_ticks(fig):
     from matplotlib.ticker import LogFormatterSciNotation, LogLocator, MaxNLocator, NullFormatter
     for ax in fig.axes:
         for axis, (lo, hi) in ((ax.xaxis, ax.get_xlim()), (ax.yaxis, ax.get_ylim())):
-            if axis.get_scale() != "log" or type(axis.get_major_locator()) is not LogLocator:  # fixed ticks stay
+            if (axis.get_scale() != "log" or type(axis.get_major_locator()) is not LogLocator  # fixed ticks stay,
+                    or axis.get_transform().base != 10):                                      # and base-2 axes
                 continue
             decades = abs(math.log10(hi / lo))
             axis.set_major_locator(MaxNLocator(3) if decades < 0.3 else  # a few round values inside a narrow span
@@ -61,14 +62,14 @@ def _log_ticks(fig):
             axis.set_minor_formatter(NullFormatter())
 
 
-def _layout(fig):
+def layout(fig):
     """A figure laid out for a slide: readable log ticks, then nothing cut off or overlapping."""
     _log_ticks(fig)
     fig.tight_layout()
 
 
 def _save(fig, numbers, path):
-    _layout(fig)
+    layout(fig)
     fig.savefig(path + ".png", dpi=120)
     with open(path + ".json", "w") as f:
         json.dump(numbers, f, indent=1, default=float)

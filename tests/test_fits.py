@@ -507,7 +507,7 @@ def capture(monkeypatch, write=True):
         drawn.append((fig, numbers))
         if write:
             return save(fig, numbers, path)
-        figures._layout(fig)
+        figures.layout(fig)
         plt.close(fig)
         return []
     monkeypatch.setattr(figures, "_save", keep)
@@ -598,7 +598,7 @@ def test_the_figure_check_catches_what_a_slide_may_not_show():
 
 def test_a_log_axis_within_a_decade_gets_labels_that_do_not_run_into_each_other():
     """Over less than a decade matplotlib labels its minor ticks (3×10⁻³ against 4×10⁻³: the LR curves of
-    Wang et al.'s grid): the check sees them overlap, and figures._layout labels 1, 2 and 5 times each power instead."""
+    Wang et al.'s grid): the check sees them overlap, and figures.layout labels 1, 2 and 5 times each power instead."""
     def lr_axis():
         fig, (ax,) = figures._figure(1)
         ax.plot([1e-3, 8e-3], [2.0, 1.9])
@@ -608,7 +608,7 @@ def test_a_log_axis_within_a_decade_gets_labels_that_do_not_run_into_each_other(
     fig.tight_layout()
     assert any("tick labels overlap" in p for p in figure_problems(fig))
     fig, ax = lr_axis()
-    figures._layout(fig)
+    figures.layout(fig)
     assert figure_problems(fig) == []
     lo, hi = ax.get_xlim()
     shown = [t.get_text() for t in ax.xaxis.get_ticklabels(which="both")
