@@ -62,7 +62,7 @@ import scaling
 from checkpoint import load_model, run_provenance
 from configurator import ConfigError
 from distributed import use_device
-from figures import readable
+from figures import layout, readable
 from loop import is_looped, last
 from model import Label
 
@@ -765,7 +765,7 @@ def draw_exits(results):
         ax.set_ylabel(readable("val_ppl"))
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=8, title="star: full depth", title_fontsize=8)
-    fig.tight_layout()
+    layout(fig)
     return fig
 
 

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from configurator import ConfigError
-from figures import readable
+from figures import layout, readable
 
 
 def compositions(L, M):
@@ -120,5 +120,5 @@ def draw_elastic(results):
         ax.set_xlabel("schedule, best to worst (rank)")
         ax.set_ylabel(readable("val_ppl"))
         ax.grid(alpha=0.3)
-    fig.tight_layout()
+    layout(fig)
     return fig

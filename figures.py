@@ -46,19 +46,23 @@ def _figure(panels, width=5.0, height=4.0):
 
 
 def _log_ticks(fig):
-    """Log axes a slide can read: over less than two decades, labels at 1, 2 and 5 times each power of ten, where
-    matplotlib would label its minor ticks until they run into each other; over more, at the powers only; inside a
-    third of a decade, three round values."""
-    from matplotlib.ticker import LogFormatterSciNotation, LogLocator, MaxNLocator, NullFormatter
+    """Log axes a slide can read: over two decades or more, labels at the powers of ten; over less, at 1, 2 and 5
+    times each power, where matplotlib would label its minor ticks until they run into each other; where that leaves
+    fewer than two labels inside the axis, at a few round values. Between 10⁻⁴ and 10⁴ the labels are plain numbers."""
+    from matplotlib.ticker import LogFormatterSciNotation, LogLocator, MaxNLocator, NullFormatter, StrMethodFormatter
     for ax in fig.axes:
         for axis, (lo, hi) in ((ax.xaxis, ax.get_xlim()), (ax.yaxis, ax.get_ylim())):
             if (axis.get_scale() != "log" or type(axis.get_major_locator()) is not LogLocator  # fixed ticks stay,
                     or axis.get_transform().base != 10):                                      # and base-2 axes
                 continue
-            decades = abs(math.log10(hi / lo))
-            axis.set_major_locator(MaxNLocator(3) if decades < 0.3 else  # a few round values inside a narrow span
-                                   LogLocator(subs=(1, 2, 5) if decades < 2 else (1,)))
-            axis.set_major_formatter(LogFormatterSciNotation(minor_thresholds=(math.inf, math.inf)))  # label each
+            lo, hi = sorted((lo, hi))
+            subs = (1, 2, 5) if math.log10(hi / lo) < 2 else (1,)
+            powers = range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1)
+            inside = [m * 10.0 ** e for e in powers for m in subs if lo <= m * 10.0 ** e <= hi]
+            axis.set_major_locator(LogLocator(subs=subs) if len(inside) >= 2 else MaxNLocator(4))
+            plain = 1e-4 <= lo and hi <= 1e4  # 0.002 and 12 as a slide writes them; 2×10⁵ beyond
+            axis.set_major_formatter(StrMethodFormatter("{x:g}") if plain else
+                                     LogFormatterSciNotation(minor_thresholds=(math.inf, math.inf)))  # label each
             axis.set_minor_formatter(NullFormatter())
 
 
