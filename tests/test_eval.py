@@ -348,7 +348,7 @@ def harness_pairs(task, doc, i, shots=()):
 
 def test_requests_equal_lm_evaluation_harness_for_every_task_format():
     for name in HARNESS_YAML:
-        ours = ev.TASKS[name]
+        ours = tasks.TASKS[name]
         theirs = harness_task(name)
         docs = tasks.task_docs(ours, ours.split, FIXTURES, 0)
         their_docs = list(theirs.eval_docs)
@@ -463,7 +463,7 @@ def test_harness_adapter_gives_eval_py_scores_through_simple_evaluate(tmp_path):
     for m in ("acc", "acc_norm", "acc_bytes"):
         assert out["fx_mc"][f"{m},none"] == pytest.approx(mine[m])
     for task, ours in (("fx_wino", "winogrande"), ("fx_lambada", "lambada_openai")):
-        mine = ev.evaluate_task(scorer, ev.TASKS[ours], tasks.build_items(tasks.TASKS[ours], FIXTURES, 0, 0, 0),
+        mine = ev.evaluate_task(scorer, tasks.TASKS[ours], tasks.build_items(tasks.TASKS[ours], FIXTURES, 0, 0, 0),
                                 progress=False)
         for m in ("acc", "perplexity") if ours == "lambada_openai" else ("acc",):
             assert out[task][f"{m},none"] == pytest.approx(mine[m], rel=1e-6)
