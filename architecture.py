@@ -8,7 +8,7 @@ One box per step of the plan, left to right: the prelude's layers, n_loop passes
 layers. Each box names the physical layer it runs (the same layer in every pass: shared weights) and the KV-cache
 slot it writes (one slot per executed (pass, layer) step). Arrows show what enters each pass (the prelude's output
 e under an injection or hyper-connections) and its conditioning vector c_k; an early exit at a loop boundary leaves
-to the head there, and the steps it skips are hatched: their KV slots are filled from the exit state (early_exit.py's
+to the head there, and the steps it skips are hatched: their KV slots are filled from the exit state (exits.py's
 propagate fill), so later tokens can still attend to them. It writes the figure and the plan it drew as JSON.
 """
 import json
@@ -21,7 +21,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.patches import FancyArrowPatch, Rectangle  # noqa: E402
 
 from configurator import ConfigError, configure, run  # noqa: E402
-from early_exit import depth_labels, exit_candidates  # noqa: E402
+from exits import depth_labels, exit_candidates  # noqa: E402
 from loop import is_looped  # noqa: E402
 from model import GPT, GPTConfig  # noqa: E402
 from scaling import train_defaults  # noqa: E402

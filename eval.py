@@ -60,21 +60,21 @@ The depth axis. Every task and metric runs at
                     loop.py's elastic depth: M passes of step 1/M, so LoopFormer's t and dt follow)
   --budget=2,4      LoopFormer's elastic budgets M <= L (the same uniform M steps; --schedule=4,2,1,1 for one
                     trajectory in units of 1/L)
-  --exit_tau=...    training-free early exit at the trained depth with early_exit.py's criteria (--criterion)
+  --exit_tau=...    training-free early exit at the trained depth with exits.py's criteria (--criterion)
 A plain (unlooped) model has one depth; it gets exits at every layer. Each setting reports the score against the
-forward FLOPs executed per token, from scaling.py's accounting (early_exit.step_flops): 2 per active parameter of
+forward FLOPs executed per token, from scaling.py's accounting (exits.step_flops): 2 per active parameter of
 each step that ran, 4*h*q*(its causal context) attention per step, the head for every position whose prediction is
 scored (and every readout an exit criterion evaluated), and the KV fills of exits; averaged over every real token
 the model ran (a shared prefix counts once, padding never).
 
 What an exit means in teacher-forced scoring (our definition; it is what exit decoding computes when fed the gold
-continuation, and tests/test_eval.py checks that token by token against early_exit.decode_step):
+continuation, and tests/test_eval.py checks that token by token against exits.decode_step):
   - The positions whose prediction is scored (the context's last token and the continuation but its last token)
     may exit; every other position runs the full depth (a decoded prompt is prefilled at full depth too).
   - A scored position stops at the first candidate (loop boundaries of a looped model, every layer of a plain one)
     where its criterion score is below tau; its prediction is the readout of that state.
   - --exit_fill=propagate (default): from there on its state is frozen, and every later layer's KV slot of that
-    token is computed from the frozen state (CALM, Schuster et al. 2022; early_exit.py's propagate fill), so later
+    token is computed from the frozen state (CALM, Schuster et al. 2022; exits.py's propagate fill), so later
     tokens attend to what a decoder that really stopped would have cached; FLOPs count the steps up to the exit,
     the readouts and the fills. For models with input injection or hyper-connections the first layer of each later
     pass reads the injection of the frozen state, not the state itself.
@@ -105,9 +105,11 @@ import numpy as np
 import torch
 
 import early_exit
+
+import exits
 import elastic
 from configurator import ConfigError
-from early_exit import log_probs
+from exits import log_probs
 from checkpoint import run_provenance
 from distributed import use_device
 from loop import is_looped, last
@@ -241,8 +243,8 @@ class Scorer:
         self.batch_size, self.batch_tokens, self.shared = batch_size, batch_tokens, shared
         self.autocast = autocast or nullcontext
         self.T = model.config.block_size
-        self.labels = early_exit.depth_labels(model, setting.schedule)
-        self.cands = early_exit.exit_candidates(model, self.labels) if setting.criterion else []
+        self.labels = exits.depth_labels(model, setting.schedule)
+        self.cands = exits.exit_candidates(model, self.labels) if setting.criterion else []
         self.costs = self.token_costs()
         self.reset()
 
@@ -252,14 +254,14 @@ class Scorer:
         a scored one at each exit choice k = 0..K (K: full depth): early_exit's one exit cost (exit_flops) at
         contexts 0 and 1 (every cost is linear in the context)."""
         s, labels, cands = self.setting, self.labels, self.cands
-        at = [early_exit.step_flops(self.model, labels, c, schedule=s.schedule) for c in (0, 1)]
+        at = [exits.step_flops(self.model, labels, c, schedule=s.schedule) for c in (0, 1)]
 
         def linear(cost):
             a, b = cost(at[0]), cost(at[1])
             return a, b - a
-        scored = [linear(lambda c, k=k: early_exit.exit_flops(c, labels, cands, s.criterion, k, s.fill))
+        scored = [linear(lambda c, k=k: exits.exit_flops(c, labels, cands, s.criterion, k, s.fill))
                   for k in range(len(cands) + 1)]
-        return dict(plain=linear(lambda c: early_exit.token_flops(c, labels, len(labels), final=False)),
+        return dict(plain=linear(lambda c: exits.token_flops(c, labels, len(labels), final=False)),
                     scored=scored)
 
     def reset(self):
@@ -301,7 +303,7 @@ class Scorer:
                     lp = log_probs(logits)
                     early[0][new] = lp[new].gather(1, y[new][:, None])[:, 0].float()
                     early[1][new] = lp[new].argmax(-1) == y[new]
-            ex = early_exit.walk_with_exits(model, x, walk, self.cands, s.criterion, s.tau, s.fill, cache,
+            ex = exits.walk_with_exits(model, x, walk, self.cands, s.criterion, s.tau, s.fill, cache,
                                             rows=scored, on_exit=keep if early is not None else None)
             label, h = ex.label, ex.h
             k_exit = ex.k_exit if ex.k_exit is not None else k_exit
@@ -429,7 +431,7 @@ class Scorer:
     # ---- generation (the harness's generate_until) ----
     @torch.no_grad()
     def generate(self, context_ids, max_new, until=(), eot_stops=True):
-        """Greedy decoding with the KV cache at this depth (GPT.generate, exiting through early_exit.decode_step),
+        """Greedy decoding with the KV cache at this depth (GPT.generate, exiting through exits.decode_step),
         stopping at the end-of-text token or the first stop string. Returns the text before the first stop
         string."""
         model, s = self.model, self.setting
@@ -439,10 +441,10 @@ class Scorer:
 
         def step(tok, cache):  # one decoding step, its FLOPs counted
             context = cache.pos + 1
-            logits, st = early_exit.decode_step(model, tok, cache, self.labels, self.cands, s.criterion, s.tau,
+            logits, st = exits.decode_step(model, tok, cache, self.labels, self.cands, s.criterion, s.tau,
                                                 s.fill, s.schedule)
             self.tokens += 1
-            self.flops += early_exit.decode_flops(model, self.labels, [dict(st, context=context)], s.schedule)[0]
+            self.flops += exits.decode_flops(model, self.labels, [dict(st, context=context)], s.schedule)[0]
             return logits
 
         def stop(new):
@@ -717,7 +719,7 @@ loops = ""  # comma-separated loop counts (test-time depth); "" = the trained co
 budget = ""  # comma-separated LoopFormer elastic budgets M <= n_loop (uniform steps 1/M)
 schedule = ""  # one LoopFormer trajectory in units of 1/L, e.g. "4,2,1,1"
 exit_tau = ""  # comma-separated early-exit thresholds (at the trained depth)
-criterion = "entropy"  # exit criterion: entropy | kl | change | agree (early_exit.py)
+criterion = "entropy"  # exit criterion: entropy | kl | change | agree (exits.py)
 exit_fill = "propagate"  # KV slots of the layers an exited token skips: propagate | recompute (module docstring)
 batch_size = 256  # rows per forward at most
 batch_tokens = 8192  # rows x length per forward at most
@@ -810,7 +812,7 @@ def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     defaults = {k: v for k, v in globals().items() if k.islower() and not k.startswith("_")}
     cfg, _ = configure(defaults, None, argv, doc_source=__file__,
-                       choices=dict(criterion=early_exit.decode_criteria(), exit_fill=early_exit.FILLS,
+                       choices=dict(criterion=exits.decode_criteria(), exit_fill=exits.FILLS,
                                     dtype=("float32", "bfloat16")))
     if cfg["redraw"]:  # a committed evaluation's figure, from its JSON alone
         return [redraw_eval(path) for path in cfg["redraw"].split(",")]

@@ -231,7 +231,7 @@ class CausalSelfAttention(nn.Module):
         return t
 
     def cache_entry(self, x, rope):
-        """What the KV cache stores for x: keys and values (B, H, T, D) (early_exit.py fills the slots of
+        """What the KV cache stores for x: keys and values (B, H, T, D) (exits.py fills the slots of
         skipped layers with it)."""
         B, T, _ = x.shape
         v = self.c_v(x).view(B, T, self.n_head, self.head_dim).transpose(1, 2)
@@ -307,7 +307,7 @@ class MLA(nn.Module):
 
     def cache_entry(self, x, rope):
         """What the KV cache stores for x: (c,), c = [norm(c_KV); RoPE(k_rope)] of shape (B, 1, T, kv_rank +
-        d_rope), one entry per token for all heads (early_exit.py fills the slots of skipped layers with it)."""
+        d_rope), one entry per token for all heads (exits.py fills the slots of skipped layers with it)."""
         latent, k_rope = self.kv_down(x).unsqueeze(1).split([self.kv_rank, self.d_rope], dim=-1)
         if self.use_rope:
             k_rope = self.rotate(k_rope, *rope)
@@ -758,7 +758,7 @@ class GPT(nn.Module):
     @torch.no_grad()
     def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, generator=None, schedule=None, step=None,
                  stop=None, logits_out=None):
-        """Sample continuations with the KV cache: the one generate loop (sample.py, early_exit.py's exit decoding,
+        """Sample continuations with the KV cache: the one generate loop (sample.py, exits.py's exit decoding,
         eval.py's generation). idx: (B, T) prompt token ids; schedule as in forward; temperature 0: greedy.
         step(tokens (B, 1), cache) -> the next logits (B, V): how a new token runs (default: the full depth;
         early_exit.decode_step exits early); stop(new tokens so far, (B, n)) -> True ends the loop; logits_out: a

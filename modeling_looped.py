@@ -172,8 +172,8 @@ class LoopedForCausalLM(PreTrainedModel, GenerationMixin):
     def exit_step(self, idx, kv, schedule, tau):
         """One new token per row, idx (B, 1), through the depth with the KV cache, stopping at the first candidate
         exit where every row's next-token entropy (in nats) is below tau; the KV slots of the steps it skipped are
-        filled from the exited state (GPT.fill_cache). This is early_exit.decode_step with the entropy criterion and
-        the propagate fill, the settings sample.py decodes with: early_exit.py imports the scripts' machinery, so the
+        filled from the exited state (GPT.fill_cache). This is exits.decode_step with the entropy criterion and
+        the propagate fill, the settings sample.py decodes with: exits.py imports the scripts' machinery, so the
         remote code holds this short loop, pinned to it by tests/test_export.py. Returns the logits (B, 1, padded
         vocab)."""
         gpt = self.gpt

@@ -9,7 +9,7 @@ from configurator import ConfigError, configure, run
 from data import get_tokenizer
 from checkpoint import load_model
 from distributed import use_device
-from early_exit import FILLS, decode_criteria
+from exits import FILLS, decode_criteria
 
 ckpt = "out/default"  # run directory (or path to a ckpt.pt) written by train.py
 prompt = "\n"  # text to continue; "FILE:path" reads it from a file
@@ -21,7 +21,7 @@ seed = 1337  # sampling seed
 device = "auto"  # auto (cuda if there is one) | cpu | cuda | cuda:N
 threads = 0  # torch threads on CPU; 0 = auto, as train.py: OMP_NUM_THREADS if set, else the idle cores
 dtype = "float32"  # float32 | bfloat16 (autocast)
-exit_criterion = "none"  # early exit per token (early_exit.py): none | entropy | kl | change | agree
+exit_criterion = "none"  # early exit per token (exits.py): none | entropy | kl | change | agree
 exit_tau = 0.0  # early exit: a token stops at the first candidate exit whose criterion score is below this
 exit_fill = "propagate"  # early exit: KV slots of skipped layers: propagate (cheap, approximate) | recompute (exact)
 exit_every_layer = False  # early exit: looped models may stop after any loop layer, not only at loop boundaries
@@ -60,7 +60,7 @@ def main(argv=None):
         if cfg["exit_criterion"] == "none":
             out = model.generate(idx, n, temperature=cfg["temperature"], top_k=cfg["top_k"] or None, generator=g)
         else:  # one sample at a time: a batch can only exit where all of its rows may
-            from early_exit import generate_with_exit, summarize_generation
+            from exits import generate_with_exit, summarize_generation
             rows = []
             for i in range(idx.size(0)):
                 res = generate_with_exit(model, idx[i:i + 1], n, cfg["exit_criterion"], cfg["exit_tau"],

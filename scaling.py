@@ -1,5 +1,5 @@
 """
-Parameter and FLOP accounting (the units every count of the project is built from: early_exit.py's exit costs too)
+Parameter and FLOP accounting (the units every count of the project is built from: exits.py's exit costs too)
 and the capacity balancing of LoopMoE that rests on it. Scaling sweeps, planned with this accounting, live in
 sweep.py; the statistics of their results (scaling-law fits, delta phi, the power of a grid, the records' figures)
 in fits.py. Every command runs from here:

@@ -33,6 +33,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 import early_exit as ee  # noqa: E402
+
+import exits  # noqa: E402
 import eval as ev  # noqa: E402
 import routing  # noqa: E402
 import optim  # noqa: E402
@@ -145,16 +147,16 @@ def family_outputs(name):
 def exit_outputs(model, x, y):
     """Teacher-forced exit scores and exit decoding (tau: the median first-boundary entropy, so some tokens exit)."""
     out = {}
-    labels = ee.depth_labels(model)
-    cands = ee.exit_candidates(model, labels)
+    labels = exits.depth_labels(model)
+    cands = exits.exit_candidates(model, labels)
     scores = ee.exit_records(model, x, y, cands, ["entropy", "kl"])["scores"]
     out.update({f"exit_scores/{k}": v for k, v in scores.items()})
     tau = float(scores["entropy"][0].median())
     for fill in ("propagate", "recompute"):
-        res = ee.generate_with_exit(model, x[:, :4], 8, "entropy", tau, fill)
+        res = exits.generate_with_exit(model, x[:, :4], 8, "entropy", tau, fill)
         out[f"exit_decode/{fill}/tokens"], out[f"exit_decode/{fill}/logits"] = res["tokens"], res["logits"]
         out[f"exit_decode/{fill}/exits"] = torch.tensor([st["exit"] for st in res["stats"]])
-        out[f"exit_decode/{fill}/flops"] = torch.tensor(ee.decode_flops(model, labels, res["stats"]),
+        out[f"exit_decode/{fill}/flops"] = torch.tensor(exits.decode_flops(model, labels, res["stats"]),
                                                         dtype=torch.float64)
     return out
 

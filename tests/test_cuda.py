@@ -8,6 +8,8 @@ import pytest
 import torch
 
 import early_exit as ee
+
+import exits
 import distributed
 import reference
 import train
@@ -58,8 +60,8 @@ def run(model, x, y):
         out["eval_logits"] = model(x)[0]
         out.update({f"state/{i}": h for i, (_, h) in enumerate(model.states(x))})
         if is_looped(model.config):
-            labels = ee.depth_labels(model)
-            scores = ee.exit_records(model, x, y, ee.exit_candidates(model, labels), ["entropy", "kl"])["scores"]
+            labels = exits.depth_labels(model)
+            scores = ee.exit_records(model, x, y, exits.exit_candidates(model, labels), ["entropy", "kl"])["scores"]
             out.update({f"exit/{k}": v for k, v in scores.items()})
     return out
 

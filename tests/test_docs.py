@@ -304,10 +304,10 @@ assert scaling.flops_per_token(looped, "lee") == scaling.flops_per_token(plain, 
 out = scaling.main_count(["--n_layer=2", "--n_loop=2", "--flops_convention=stored"])
 assert out["flops_convention"] == "stored\"""",
     "07_maxprob_exit": """
-import math, torch, early_exit
+import math, torch, exits
 logp = torch.tensor([[0.7, 0.2, 0.1]]).log()
-assert abs(early_exit.CRITERIA["maxprob"].score(logp, None, None, None).item() - 0.3) < 1e-6
-assert "maxprob" in early_exit.decode_criteria()""",
+assert abs(exits.CRITERIA["maxprob"].score(logp, None, None, None).item() - 0.3) < 1e-6
+assert "maxprob" in exits.decode_criteria()""",
     "08_halving_sampler": f"""
 import torch, loop
 from model import GPT, GPTConfig

@@ -1,5 +1,5 @@
-"""Tests of early_exit.py: criteria, candidates, the tau sweep and its accounting, decoding with early exit against
-a slow cache-free reference, schedule enumeration, and the command line on a tiny checkpoint."""
+"""Tests of exits.py and early_exit.py: criteria, candidates, the tau sweep and its accounting, decoding with early
+exit against a slow cache-free reference, schedule enumeration, and the command line on a tiny checkpoint."""
 import functools
 import glob
 import json
@@ -16,6 +16,7 @@ import torch.nn.functional as F
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 import early_exit as ee  # noqa: E402
+import exits  # noqa: E402
 import elastic  # noqa: E402
 from figure_checks import assert_drawn, figure_problems  # noqa: E402
 from configurator import ConfigError  # noqa: E402
@@ -60,27 +61,27 @@ def tiny_looped(seed=0, head_scale=10.0, **kw):
 
 def test_entropy_of_hand_made_distributions():
     p = torch.tensor([0.5, 0.25, 0.25])
-    assert ee.entropy(p.log()).item() == pytest.approx(1.5 * math.log(2), abs=1e-6)
-    assert ee.entropy(torch.zeros(2, 3, 50)).allclose(torch.full((2, 3), math.log(50)))
-    assert ee.entropy(torch.tensor([60.0, 0.0, 0.0])).item() == pytest.approx(0.0, abs=1e-20)
+    assert exits.entropy(p.log()).item() == pytest.approx(1.5 * math.log(2), abs=1e-6)
+    assert exits.entropy(torch.zeros(2, 3, 50)).allclose(torch.full((2, 3), math.log(50)))
+    assert exits.entropy(torch.tensor([60.0, 0.0, 0.0])).item() == pytest.approx(0.0, abs=1e-20)
     # float64 reference on random logits
     z = torch.randn(5, 7, dtype=torch.float64)
     q = z.softmax(-1)
-    assert ee.entropy(z).double().allclose(-(q * q.log()).sum(-1), atol=1e-5)
+    assert exits.entropy(z).double().allclose(-(q * q.log()).sum(-1), atol=1e-5)
 
 
 def test_scores_of_hand_made_states():
     logp = torch.tensor([[0.7, 0.2, 0.1]]).log()
     prev = torch.tensor([[0.2, 0.7, 0.1]]).log()
     kl = 0.7 * math.log(0.7 / 0.2) + 0.2 * math.log(0.2 / 0.7)
-    assert ee.CRITERIA["kl"].score(logp, prev, None, None).item() == pytest.approx(kl, abs=1e-6)
-    assert ee.CRITERIA["kl"].score(logp, logp, None, None).item() == 0.0
-    assert ee.CRITERIA["agree"].score(logp, prev, None, None).item() == math.inf  # top-1 changed
-    assert ee.CRITERIA["agree"].score(logp, logp, None, None).item() == pytest.approx(0.3, abs=1e-6)
+    assert exits.CRITERIA["kl"].score(logp, prev, None, None).item() == pytest.approx(kl, abs=1e-6)
+    assert exits.CRITERIA["kl"].score(logp, logp, None, None).item() == 0.0
+    assert exits.CRITERIA["agree"].score(logp, prev, None, None).item() == math.inf  # top-1 changed
+    assert exits.CRITERIA["agree"].score(logp, logp, None, None).item() == pytest.approx(0.3, abs=1e-6)
     h, h0 = torch.tensor([[3.0, 4.0]]), torch.tensor([[3.0, 1.0]])
-    assert ee.CRITERIA["change"].score(None, None, h, h0).item() == pytest.approx(3.0 / 5.0)
+    assert exits.CRITERIA["change"].score(None, None, h, h0).item() == pytest.approx(3.0 / 5.0)
     with pytest.raises(ValueError, match="oracle"):
-        ee.check_criterion("oracle", decoding=True)
+        exits.check_criterion("oracle", decoding=True)
 
 
 # -----------------------------------------------------------------------------------------------------------------
@@ -108,33 +109,33 @@ def stub(n_loop, n_prelude=0, n_coda=0):
 
 def test_candidates_are_loop_boundaries_or_every_layer():
     # Lee et al.: R-1 boundaries: 1 for 8x2, 3 for 4x4, 7 for 2x8; 15 layers for a 16-layer plain model
-    assert ee.exit_candidates(stub(2), looped_labels(8, 2)) == [7]
-    assert ee.exit_candidates(stub(4), looped_labels(4, 4)) == [3, 7, 11]
-    assert len(ee.exit_candidates(stub(8), looped_labels(2, 8))) == 7
-    assert ee.exit_candidates(stub(1), looped_labels(16, 1)) == list(range(15))
-    assert ee.exit_candidates(stub(2), looped_labels(8, 2), every_layer=True) == list(range(15))
+    assert exits.exit_candidates(stub(2), looped_labels(8, 2)) == [7]
+    assert exits.exit_candidates(stub(4), looped_labels(4, 4)) == [3, 7, 11]
+    assert len(exits.exit_candidates(stub(8), looped_labels(2, 8))) == 7
+    assert exits.exit_candidates(stub(1), looped_labels(16, 1)) == list(range(15))
+    assert exits.exit_candidates(stub(2), looped_labels(8, 2), every_layer=True) == list(range(15))
     # prelude/coda: only loop steps are candidates, the last loop boundary is not
     labels = looped_labels(2, 3, n_prelude=2, n_coda=2)
-    assert ee.exit_candidates(stub(3, 2, 2), labels) == [3, 5]
-    assert ee.exit_candidates(stub(3, 2, 2), labels, every_layer=True) == [2, 3, 4, 5, 6]
+    assert exits.exit_candidates(stub(3, 2, 2), labels) == [3, 5]
+    assert exits.exit_candidates(stub(3, 2, 2), labels, every_layer=True) == [2, 3, 4, 5, 6]
 
 
 def test_flops_accounting_by_hand():
     model = tiny_gpt()
-    labels = ee.depth_labels(model)
-    cands = ee.exit_candidates(model, labels)
+    labels = exits.depth_labels(model)
+    cands = exits.exit_candidates(model, labels)
     assert cands == [0, 1, 2]
     C, ctx = 32, 10.0
     block = 2 * (4 * C * C + 3 * C * model.config.d_ff) + 4 * C * ctx  # q,k,v,o + swiglu; QK^T and AV
     head = 2 * C * V
-    steps, h, fill, other = ee.step_flops(model, labels, ctx)
+    steps, h, fill, other = exits.step_flops(model, labels, ctx)
     assert steps == [block] * 4 and h == head and fill == 2 * C * 2 * C and other == 0
-    depth, flops, full = ee.exit_costs(model, labels, cands, "change", ctx)
+    depth, flops, full = exits.exit_costs(model, labels, cands, "change", ctx)
     assert full == 4 * block + head and depth == [1, 2, 3, 4]
     assert flops == [block + head, 2 * block + head, 3 * block + head, full]
-    depth, flops, full = ee.exit_costs(model, labels, cands, "entropy", ctx)  # a readout at every candidate
+    depth, flops, full = exits.exit_costs(model, labels, cands, "entropy", ctx)  # a readout at every candidate
     assert flops == [block + head, 2 * block + 2 * head, 3 * block + 3 * head, full + 3 * head]
-    _, flops, _ = ee.exit_costs(model, labels, cands, "kl", ctx)  # plus the entry readout
+    _, flops, _ = exits.exit_costs(model, labels, cands, "kl", ctx)  # plus the entry readout
     assert flops[0] == block + 2 * head
 
 
@@ -144,8 +145,8 @@ def test_step_costs_add_up_to_scalings_forward_flops():
                   tiny_looped(loop_cond="loopformer", elastic="shortcut"), tiny_looped(n_expert=4),
                   tiny_looped(attn="mla", q_lora_rank=8, kv_lora_rank=8, rope_head_dim=4, n_expert=4,
                               n_shared_expert=1, moe_d_ff=16, moe_router="sigmoid", loop_cond="iteradaln")):
-        labels = ee.depth_labels(model)
-        steps, head, _, other = ee.step_flops(model, labels, 7.0)
+        labels = exits.depth_labels(model)
+        steps, head, _, other = exits.step_flops(model, labels, 7.0)
         assert sum(steps) + head + other == pytest.approx(scaling.forward_flops_per_token(model, seq_len=7.0))
 
 
@@ -157,7 +158,7 @@ def test_step_costs_add_up_to_scalings_forward_flops():
 def study():
     model = tiny_gpt()
     batches = [batch(0), batch(1)]
-    return model, batches, ee.evaluate_exits(model, batches, ee.CRITERIA, n_tau=24, progress=False)
+    return model, batches, ee.evaluate_exits(model, batches, exits.CRITERIA, n_tau=24, progress=False)
 
 
 def test_tau_zero_exits_nothing_and_reproduces_full_depth(study):
@@ -256,9 +257,9 @@ def reference_decode(model, prompt, n, criterion, tau, fill, every_layer=False):
     every generated position's exit again. A position that exited contributes, to each later layer, the keys and
     values of its exited state (propagate: the layer is run on the exited state) or of its real state
     (recompute). Returns (tokens, logits, exit index per decoded token)."""
-    labels = ee.depth_labels(model)
-    cands = ee.exit_candidates(model, labels, every_layer)
-    tokens, P, out_logits, exits = prompt, prompt.size(1), [], []
+    labels = exits.depth_labels(model)
+    cands = exits.exit_candidates(model, labels, every_layer)
+    tokens, P, out_logits, exit_steps = prompt, prompt.size(1), [], []
     for i in range(n):
         T = tokens.size(1)
         h = model.embed(tokens)
@@ -266,14 +267,14 @@ def reference_decode(model, prompt, n, criterion, tau, fill, every_layer=False):
         frozen = torch.zeros(T, dtype=torch.bool)
         h_exit, exit_logits = h.clone(), torch.zeros(prompt.size(0), T, model.config.padded_vocab)
         exit_at = torch.full((T,), labels[-1].index)
-        prev_h, prev_logp = h, ee.log_probs(model.readout(h))
+        prev_h, prev_logp = h, exits.log_probs(model.readout(h))
         for p, label in enumerate(labels):
             x = torch.where(frozen[None, :, None], h_exit, h) if fill == "propagate" else h
             h = run_step(model, label, x, rope)
             if p in cands:
                 logits = model.readout(h, label)
-                logp = ee.log_probs(logits)
-                score = ee.CRITERIA[criterion].score(logp, prev_logp, h, prev_h)  # (B, T)
+                logp = exits.log_probs(logits)
+                score = exits.CRITERIA[criterion].score(logp, prev_logp, h, prev_h)  # (B, T)
                 ok = (score < tau).all(0) & ~frozen & (torch.arange(T) >= P)
                 h_exit[:, ok], exit_logits[:, ok], exit_at[ok] = h[:, ok], logits[:, ok], label.index
                 frozen |= ok
@@ -281,9 +282,9 @@ def reference_decode(model, prompt, n, criterion, tau, fill, every_layer=False):
         last = exit_logits[:, -1] if frozen[-1] else model.readout(h)[:, -1]
         out_logits.append(last[:, :V])
         if i > 0:
-            exits.append(int(exit_at[-1]))
+            exit_steps.append(int(exit_at[-1]))
         tokens = torch.cat([tokens, last[:, :V].argmax(-1, keepdim=True)], 1)
-    return tokens, torch.stack(out_logits, 1), exits
+    return tokens, torch.stack(out_logits, 1), exit_steps
 
 
 @functools.lru_cache(maxsize=None)
@@ -294,13 +295,13 @@ def pick_tau(seed, prompt_seed, B, n, criterion, some_stay=True, looped=None, ev
     every token exits (somewhere)."""
     model = tiny_looped(seed, **dict(looped)) if looped else tiny_gpt(seed=seed)
     prompt = batch(prompt_seed, B=B, T=5)[0]
-    full = ee.generate_with_exit(model, prompt, n, criterion, 0.0, every_layer=every_layer)
+    full = exits.generate_with_exit(model, prompt, n, criterion, 0.0, every_layer=every_layer)
     s = np.sort(np.array([max(c) for st in full["stats"] for c in st["scores"] if np.isfinite(max(c))]))
     lo, hi = int(0.2 * len(s)), int(0.8 * len(s))
     gaps = sorted(range(lo, hi), key=lambda i: -(s[i + 1] - s[i]))
     for i in gaps[:10]:
         tau = float((s[i] + s[i + 1]) / 2)
-        res = ee.generate_with_exit(model, prompt, n, criterion, tau, "propagate", every_layer)
+        res = exits.generate_with_exit(model, prompt, n, criterion, tau, "propagate", every_layer)
         seen = np.array([max(c) for st in res["stats"] for c in st["scores"] if np.isfinite(max(c))])
         n_exit = sum(st["exited"] for st in res["stats"])
         if 0 < n_exit and (n_exit < len(res["stats"]) or not some_stay) and np.abs(seen - tau).min() > 1e-4:
@@ -314,10 +315,10 @@ def test_tau_zero_decoding_is_plain_decoding():
     tokens, logits, cache = plain_cached_decode(model, prompt, 8)
     assert torch.equal(tokens, model.generate(prompt, 8, temperature=0))
     for c in ("entropy", "kl", "change", "agree"):
-        res = ee.generate_with_exit(model, prompt, 8, c, 0.0)
+        res = exits.generate_with_exit(model, prompt, 8, c, 0.0)
         assert torch.equal(res["tokens"], tokens) and torch.equal(res["logits"], logits), c
         assert not any(st["exited"] for st in res["stats"])
-    res = ee.generate_with_exit(model, prompt, 8, None)
+    res = exits.generate_with_exit(model, prompt, 8, None)
     assert torch.equal(res["logits"], logits)
 
 
@@ -327,9 +328,9 @@ def test_cached_exit_decoding_matches_cache_free_reference(criterion, fill):
     model = tiny_gpt(seed=3)
     prompt, n = batch(4, B=1, T=5)[0], 14
     tau = pick_tau(3, 4, 1, n, criterion)
-    res = ee.generate_with_exit(model, prompt, n, criterion, tau, fill)
-    tokens, logits, exits = reference_decode(model, prompt, n, criterion, tau, fill)
-    assert [st["exit"] for st in res["stats"]] == exits
+    res = exits.generate_with_exit(model, prompt, n, criterion, tau, fill)
+    tokens, logits, exit_steps = reference_decode(model, prompt, n, criterion, tau, fill)
+    assert [st["exit"] for st in res["stats"]] == exit_steps
     assert 0 < sum(st["exited"] for st in res["stats"]) < n - 1
     assert torch.equal(res["tokens"], tokens)
     assert torch.allclose(res["logits"], logits, atol=1e-4, rtol=1e-4)
@@ -358,9 +359,9 @@ def test_batch_exits_only_where_every_row_may():
     model = tiny_gpt(seed=3)
     prompt = batch(5, B=3, T=5)[0]
     tau = pick_tau(3, 5, 3, 10, "entropy", some_stay=False)
-    res = ee.generate_with_exit(model, prompt, 10, "entropy", tau, "propagate")
-    tokens, logits, exits = reference_decode(model, prompt, 10, "entropy", tau, "propagate")
-    assert torch.equal(res["tokens"], tokens) and [st["exit"] for st in res["stats"]] == exits
+    res = exits.generate_with_exit(model, prompt, 10, "entropy", tau, "propagate")
+    tokens, logits, exit_steps = reference_decode(model, prompt, 10, "entropy", tau, "propagate")
+    assert torch.equal(res["tokens"], tokens) and [st["exit"] for st in res["stats"]] == exit_steps
     for st in res["stats"]:  # an exit means every row's score at that candidate was below tau, and at no
         assert all(v < tau for v in st["scores"][-1]) == st["exited"]  # earlier candidate
         assert all(max(c) >= tau for c in st["scores"][:-1])
@@ -371,17 +372,17 @@ def test_batch_exits_only_where_every_row_may():
 def test_decoding_flops_and_bad_input():
     model = tiny_gpt(seed=3)
     prompt = batch(4, B=1, T=5)[0]
-    res = ee.generate_with_exit(model, prompt, 10, "entropy", math.inf, "propagate")
+    res = exits.generate_with_exit(model, prompt, 10, "entropy", math.inf, "propagate")
     assert all(st["exit"] == 0 and st["steps"] == 1 and st["fills"] == 3 for st in res["stats"])
-    run, full = ee.decode_flops(model, res["labels"], res["stats"])
-    steps, head, fill, _ = ee.step_flops(model, res["labels"], res["stats"][0]["context"])
+    run, full = exits.decode_flops(model, res["labels"], res["stats"])
+    steps, head, fill, _ = exits.step_flops(model, res["labels"], res["stats"][0]["context"])
     assert run < full and run == pytest.approx(np.mean([
-        sum(ee.step_flops(model, res["labels"], st["context"])[0][:1]) + head + 3 * fill for st in res["stats"]]))
-    assert "exited early" in ee.summarize_generation(model, res)
+        sum(exits.step_flops(model, res["labels"], st["context"])[0][:1]) + head + 3 * fill for st in res["stats"]]))
+    assert "exited early" in exits.summarize_generation(model, res)
     with pytest.raises(ValueError, match="fill"):
-        ee.generate_with_exit(model, prompt, 4, "entropy", 1.0, "copy")
+        exits.generate_with_exit(model, prompt, 4, "entropy", 1.0, "copy")
     with pytest.raises(ValueError, match="block_size"):
-        ee.generate_with_exit(model, prompt, 200, "entropy", 1.0)
+        exits.generate_with_exit(model, prompt, 200, "entropy", 1.0)
 
 
 def test_mla_decoding_flops_match_flop_counter():
@@ -391,18 +392,18 @@ def test_mla_decoding_flops_match_flop_counter():
     from torch.utils.flop_counter import FlopCounterMode
     model = tiny_gpt(seed=3, attn="mla", kv_lora_rank=24, rope_head_dim=4)
     prompt, B = batch(4, B=2, T=7)[0], 2
-    labels = ee.depth_labels(model)
+    labels = exits.depth_labels(model)
     cache = KVCache(model.n_slots(), B, 9)
     with torch.no_grad():
         model(prompt, cache=cache)
     with torch.no_grad(), FlopCounterMode(display=False) as counter:
         model(prompt[:, :1], cache=cache)  # one new token after 7 cached ones: context 8
     st = dict(context=8, steps=len(labels), readouts=1, early_readouts=0, fills=0)
-    _, full = ee.decode_flops(model, labels, [st])
+    _, full = exits.decode_flops(model, labels, [st])
     assert full == pytest.approx(counter.get_total_flops() / B, rel=1e-9)
     with torch.no_grad(), FlopCounterMode(display=False) as counter:
         model.fill_cache(labels[1:], model.embed(prompt[:, :1]), model.rope(7, 1), cache)
-    assert ee.kv_fill_flops(model) * (len(labels) - 1) == counter.get_total_flops() / B
+    assert exits.kv_fill_flops(model) * (len(labels) - 1) == counter.get_total_flops() / B
 
 
 # -----------------------------------------------------------------------------------------------------------------
@@ -411,10 +412,10 @@ def test_mla_decoding_flops_match_flop_counter():
 
 def test_looped_model_exits_only_at_loop_boundaries():
     model = tiny_looped()
-    labels = ee.depth_labels(model)
-    cands = ee.exit_candidates(model, labels)
+    labels = exits.depth_labels(model)
+    cands = exits.exit_candidates(model, labels)
     assert [labels[p].boundary for p in cands] == [True, True] and cands == [1, 3]
-    assert ee.exit_candidates(model, labels, every_layer=True) == [0, 1, 2, 3, 4]
+    assert exits.exit_candidates(model, labels, every_layer=True) == [0, 1, 2, 3, 4]
     r = ee.evaluate_exits(model, [batch(0)], ("entropy", "change"), n_tau=16, progress=False)
     for c in ("entropy", "change"):
         pts = r["criteria"][c]["points"]
@@ -438,9 +439,9 @@ def test_looped_exit_decoding_matches_cache_free_reference(kind, fill):
     model = tiny_looped(3, **dict(LOOPED[kind]))
     prompt, n = batch(4, B=1, T=5)[0], 10
     tau = pick_tau(3, 4, 1, n, "entropy", looped=LOOPED[kind], every_layer=every)
-    res = ee.generate_with_exit(model, prompt, n, "entropy", tau, fill, every)
-    tokens, logits, exits = reference_decode(model, prompt, n, "entropy", tau, fill, every)
-    assert [st["exit"] for st in res["stats"]] == exits
+    res = exits.generate_with_exit(model, prompt, n, "entropy", tau, fill, every)
+    tokens, logits, exit_steps = reference_decode(model, prompt, n, "entropy", tau, fill, every)
+    assert [st["exit"] for st in res["stats"]] == exit_steps
     assert torch.equal(res["tokens"], tokens)
     assert torch.allclose(res["logits"], logits, atol=1e-4, rtol=1e-4)
     allowed = {res["labels"][p].index for p in res["candidates"]} | {res["labels"][-1].index}
@@ -455,9 +456,9 @@ def test_coda_model_decoding():
     model = tiny_looped(5, n_prelude=1, n_coda=1, n_loop=3)
     prompt, n = batch(6, B=1, T=5)[0], 10
     tokens, logits, cache = plain_cached_decode(model, prompt, n)
-    res = ee.generate_with_exit(model, prompt, n, "entropy", 0.0)
+    res = exits.generate_with_exit(model, prompt, n, "entropy", 0.0)
     assert torch.equal(res["tokens"], tokens) and torch.equal(res["logits"], logits)
-    res = ee.generate_with_exit(model, prompt, n, "entropy", math.inf, "recompute")
+    res = exits.generate_with_exit(model, prompt, n, "entropy", math.inf, "recompute")
     assert all(st["exited"] and st["exit"] == 2 for st in res["stats"])  # prelude 0, layers 1-2: boundary at 2
     teacher = KVCache(model.n_slots(), 1, prompt.size(1) + n)
     model(prompt, cache=teacher)
@@ -476,12 +477,12 @@ def test_coda_model_decoding():
     assert label.boundary and label.loop == 0
     assert torch.allclose(res["logits"][:, -1], model.readout(h, label, cache=ctx)[:, -1, :V], atol=1e-5)
     assert not torch.allclose(res["logits"][:, -1], model.readout(h, label)[:, -1, :V], atol=1e-3)
-    res = ee.generate_with_exit(model, prompt, n, "entropy", math.inf, "propagate")
+    res = exits.generate_with_exit(model, prompt, n, "entropy", math.inf, "propagate")
     labels = res["labels"]
     assert [lab.part for lab in labels] == ["prelude"] + ["loop"] * 6 + ["coda"]
     assert all(st["steps"] == 3 and st["fills"] == 4 and st["early_readouts"] == 1 for st in res["stats"])
     # the exit's logits are the coda's readout of the first boundary state, with the cache
-    run, full = ee.decode_flops(model, labels, res["stats"])
+    run, full = exits.decode_flops(model, labels, res["stats"])
     assert run < full
 
 
@@ -489,10 +490,10 @@ def test_looped_moe_decoding_at_tau_zero_is_plain():
     model = tiny_looped(7, n_expert=4, top_k=2)
     prompt = batch(8, B=2, T=5)[0]
     tokens, logits, _ = plain_cached_decode(model, prompt, 5)
-    res = ee.generate_with_exit(model, prompt, 5, "kl", 0.0)
+    res = exits.generate_with_exit(model, prompt, 5, "kl", 0.0)
     assert torch.equal(res["tokens"], tokens) and torch.equal(res["logits"], logits)
-    steps, head, fill, other = ee.step_flops(model, res["labels"], 4.0)
-    dense = ee.step_flops(tiny_looped(7), res["labels"], 4.0)[0]
+    steps, head, fill, other = exits.step_flops(model, res["labels"], 4.0)
+    dense = exits.step_flops(tiny_looped(7), res["labels"], 4.0)[0]
     assert steps[0] < 2 * dense[0]  # only the active experts count
 
 

@@ -20,6 +20,8 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import early_exit as ee
+
+import exits
 import eval as ev
 import harness
 import tasks
@@ -194,8 +196,8 @@ def test_teacher_forced_exits_are_exit_decoding_fed_the_gold_tokens(kw):
     model = tiny_looped(n_loop=3, **kw)
     rng = random.Random(2)
     seq = [rng.randrange(256) for _ in range(14)]
-    labels = ee.depth_labels(model)
-    cands = ee.exit_candidates(model, labels)
+    labels = exits.depth_labels(model)
+    cands = exits.exit_candidates(model, labels)
     x, y = torch.tensor([seq[:-1]]), torch.tensor([seq[1:]])
     first = ee.exit_records(model, x, y, cands, ["entropy"])["scores"]["entropy"][0, 3:]
     s = first.sort().values  # tau halfway between two scores: some positions exit at the first boundary, some do
@@ -208,7 +210,7 @@ def test_teacher_forced_exits_are_exit_decoding_fed_the_gold_tokens(kw):
     want, stats = 0.0, []
     for t in range(3, len(seq) - 1):
         ctx = cache.pos + 1
-        logits, st = ee.decode_step(model, torch.tensor([[seq[t]]]), cache, labels, cands, "entropy", tau,
+        logits, st = exits.decode_step(model, torch.tensor([[seq[t]]]), cache, labels, cands, "entropy", tau,
                                     "propagate")
         st["context"] = ctx
         stats.append(st)
@@ -220,7 +222,7 @@ def test_teacher_forced_exits_are_exit_decoding_fed_the_gold_tokens(kw):
     # FLOPs of the scored tokens = what decode_flops charges those decoding steps
     plain_a, plain_b = scorer.costs["plain"]
     prefill = sum(plain_a + plain_b * (p + 1) for p in range(3))
-    assert scorer.flops - prefill == pytest.approx(ee.decode_flops(model, labels, stats)[0] * len(stats), rel=1e-9)
+    assert scorer.flops - prefill == pytest.approx(exits.decode_flops(model, labels, stats)[0] * len(stats), rel=1e-9)
     # tau = 0 never exits: the plain result
     never = ev.Scorer(model, BYTE, ev.Setting("exit", None, "entropy", 0.0, "recompute"))
     assert never.score([[(seq[:4], seq[4:])]])[0][0][0] == pytest.approx(forward_ll(model, seq[:4], seq[4:]),

@@ -3,7 +3,7 @@ process whose working directory is a temporary folder, with an empty PYTHONPATH,
 it and the Hub offline, so only the exported files can serve (the repository's own files are out of its reach).
 There: logits bit for bit equal to ours (the run's CPU fast paths, on or off) for every family and depth; greedy
 generate at batch 1 and 2 equal to GPT.generate's (sample.py's) tokens and logits, and with an exit threshold to
-early_exit.generate_with_exit's (sample.py --exit_criterion=entropy); beam search with the cache equal to beam
+exits.generate_with_exit's (sample.py --exit_criterion=entropy); beam search with the cache equal to beam
 search without; the tokenizers equal to data.py's. And lm-evaluation-harness's `hf` model on an export gives
 eval.py --harness's scores at two loop counts. In this process: the remote code equals the repository's files but
 for the rewritten import lines, export -> import -> export is byte-identical (also from an --fsdp run's sharded
@@ -25,7 +25,7 @@ import export
 from checkpoint import load_model
 from configurator import ConfigError
 from data import get_tokenizer
-from early_exit import generate_with_exit
+from exits import generate_with_exit
 from model import GPT, GPTConfig
 from test_eval import ADAPTER_YAMLS, MC_ROWS
 

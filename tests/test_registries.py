@@ -10,7 +10,7 @@ import torch.nn as nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
-import early_exit as ee
+import exits
 import loop
 import moe
 import optim
@@ -166,21 +166,21 @@ def test_a_toy_router(monkeypatch):
 
 
 def test_a_toy_exit_criterion(monkeypatch):
-    """Registered in early_exit.CRITERIA, it decodes with exits, and decode_flops charges exactly what one decoding
+    """Registered in exits.CRITERIA, it decodes with exits, and decode_flops charges exactly what one decoding
     step through it runs (FlopCounterMode: the layers up to the exit, the readouts, the fills of skipped slots)."""
-    monkeypatch.setitem(ee.CRITERIA, "confident", ee.Criterion(top_probability_score))
+    monkeypatch.setitem(exits.CRITERIA, "confident", exits.Criterion(top_probability_score))
     model = GPT(tiny()).init_weights(0).eval()
     with torch.no_grad():
         model.lm_head.weight.mul_(30.0)  # confident readouts, so some tokens exit
     prompt = torch.randint(0, V, (1, 6), generator=torch.Generator().manual_seed(2))
-    res = ee.generate_with_exit(model, prompt, 6, "confident", 0.5)
+    res = exits.generate_with_exit(model, prompt, 6, "confident", 0.5)
     assert 0 < sum(st["exited"] for st in res["stats"]) and res["tokens"].shape == (1, 12)
     labels, cands = res["labels"], res["candidates"]
     cache = KVCache(model.n_slots(), 1, 8)
     with torch.no_grad():
         model(prompt, cache=cache)
         with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
-            _, st = ee.decode_step(model, prompt[:, :1], cache, labels, cands, "confident", 0.5, "propagate")
+            _, st = exits.decode_step(model, prompt[:, :1], cache, labels, cands, "confident", 0.5, "propagate")
     assert st["exited"]
-    run, _ = ee.decode_flops(model, labels, [dict(st, context=7)])
+    run, _ = exits.decode_flops(model, labels, [dict(st, context=7)])
     assert run == pytest.approx(counter.get_total_flops(), rel=1e-9)
