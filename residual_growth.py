@@ -177,7 +177,9 @@ def residual_run(model, cfg, seed, every=None):
         norms.append(residual_norm(y_new))
         y = y_new
     cos = increment_cosine(loop_steps(model, idx, every=every))
-    return dict(norms=norms, updates=updates, losses=losses), cos
+    n = len(cos)
+    off_diagonal = (cos.sum() - np.trace(cos)) / max(1, n * n - n)  # Fig. 3's alignment in one number (0 at N = 1)
+    return dict(norms=norms, updates=updates, losses=losses, mean_cosine=float(off_diagonal)), cos
 
 
 def run_residual(cfg, model_cfg):
@@ -209,24 +211,34 @@ def run_residual(cfg, model_cfg):
             bar.update(n_loop * model_cfg.n_layer)
         agg = {key: np.mean([r[key] for r in per_seed], 0).tolist() for key in ("norms", "updates", "losses")}
         agg["norms_std"] = np.std([r["norms"] for r in per_seed], 0).tolist()
+        # each seed's own numbers, the observations the records' tests read (records/README.md: the seed is the unit)
+        agg["final_norm_per_seed"] = [r["norms"][-1] for r in per_seed]
+        agg["mean_cosine_per_seed"] = [r["mean_cosine"] for r in per_seed]
         result.setdefault(kind, {}).setdefault(scaling, {})[str(n_loop)] = agg
     bar.close()
     largest = str(max(cfg["loops"]))
     summary = {kind: {s: result[kind][s][largest]["norms"][-1] for s in cfg["scalings"]} for kind in kinds}
     exponents = {kind: {s: growth_exponent(result[kind][s]) for s in cfg["scalings"]} for kind in kinds}
-    out = dict(final_norm_at_largest_R=summary, growth_exponent=exponents, runs=result, increment_cosine=cosines,
-               model_config=model_cfg.to_dict())
+    per_seed = {kind: {s: dict(growth_exponent=growth_exponent(result[kind][s], "final_norm_per_seed"),
+                               mean_cosine_at_largest_R=result[kind][s][largest]["mean_cosine_per_seed"])
+                       for s in cfg["scalings"]} for kind in kinds}
+    out = dict(final_norm_at_largest_R=summary, growth_exponent=exponents, per_seed=per_seed, runs=result,
+               increment_cosine=cosines, model_config=model_cfg.to_dict())
     return out, draw_residual(out, cfg)
 
 
-def growth_exponent(per_r):
+def growth_exponent(per_r, per_seed=None):
     """The exponent of the final residual norm in the loop count between the smallest and largest R measured,
     log(norm(R_max) / norm(R_min)) / log(R_max / R_min): Wang et al. 2026 (arXiv:2606.18524, §5.1) predict 1 without
     scaling (correlated increments add up linearly), 1/2 under 1/sqrt(R) and 0 under 1/R. The paper plots norms and
-    prints no exponent; this is the number its ratios compare with."""
+    prints no exponent; this is the number its ratios compare with. Of the seeds' mean norms, or with per_seed (the
+    key of each R's per-seed final norms) a list: each seed's own exponent."""
     r = sorted(per_r, key=int)
+    span = math.log(int(r[-1]) / int(r[0]))
+    if per_seed:
+        return [math.log(hi / lo) / span for lo, hi in zip(per_r[r[0]][per_seed], per_r[r[-1]][per_seed])]
     lo, hi = per_r[r[0]]["norms"][-1], per_r[r[-1]]["norms"][-1]
-    return math.log(hi / lo) / math.log(int(r[-1]) / int(r[0]))
+    return math.log(hi / lo) / span
 
 
 def draw_residual(out, cfg):

@@ -371,31 +371,60 @@ def main_test(argv):
     return out
 
 
+def seed_number(item, inputs):
+    """One seed's number in a `fits.py family` comparison: a number; FILE:PATH, the number at the dotted PATH of a
+    committed JSON (records.py's lookup: `records/x.json:free.phi`), so the record types no number it did not read;
+    or A - B of two of these (spaces around the minus): a difference of two arms, or a value against the paper's.
+    inputs collects the files read, for the JSON's provenance."""
+    from records import lookup
+    terms = item.split(" - ")
+    if len(terms) > 2:
+        raise ValueError(item)
+    values = []
+    for term in terms:
+        path, colon, field = term.strip().rpartition(":")
+        if not colon:
+            values.append(float(term))
+            continue
+        if not os.path.isfile(path):
+            raise ConfigError(f"fits.py family: {term!r}: no file {path}")
+        with open(path) as f:
+            value = lookup(json.load(f), field)
+        if not isinstance(value, (int, float)):
+            raise ConfigError(f"fits.py family: {term!r} is not a number in {path}")
+        values.append(float(value))
+        inputs.append(path)
+    return values[0] - (values[1] if len(values) == 2 else 0.0)
+
+
 def main_family(argv, opts):
-    """python fits.py family NAME=D1,D2,... ...: the comparisons of one finding, typed as their per-seed numbers (each
-    printed by a committed fit command), tested as one family and written with the command that typed them.
-    NAME@K=... : that comparison is a sequential design with K looks (its p times K enters Holm; --looks=K: all)."""
-    per_seed, looks = {}, {}
+    """python fits.py family NAME=D1,D2,... ...: the comparisons of one finding, each given as its per-seed numbers
+    (each a number a committed fit command printed, or read from a committed JSON: seed_number), tested as one family
+    and written with the command that gave them and the JSONs it read. NAME@K=... : that comparison is a sequential
+    design with K looks (its p times K enters Holm; --looks=K: all)."""
+    per_seed, looks, inputs = {}, {}, []
     for a in argv[1:]:
         if a.startswith("--"):
             continue
         key, eq, values = a.partition("=")
         name, at, k = key.partition("@")
         try:
-            per_seed[name] = [float(v) for v in values.split(",")]
+            per_seed[name] = [seed_number(v, inputs) for v in values.split(",")]
             looks[name] = int(k) if at else opts.get("looks", 1)
         except ValueError:
             per_seed[name] = []
         if not eq or not name or len(per_seed[name]) < 2 or looks.get(name, 0) < 1:
             raise ConfigError(f"fits.py family: {a!r} is not NAME=D1,D2,... or NAME@LOOKS=D1,D2,...: give each "
-                              "comparison's per-seed numbers, two seeds or more")
+                              "comparison's per-seed numbers (each a number, FILE:PATH in a JSON, or A - B of "
+                              "two), two seeds or more")
+    prov = provenance(sorted(set(inputs)), ["python", "fits.py"] + list(argv))  # before anything is written
     out = _family(per_seed, opts.get("margin"), looks)
     for r in out.values():
         r["sd"] = float(np.std(r["per_seed"], ddof=1))  # the seeds' spread, beside the mean's standard error
         if "margin" not in opts:
             r["verdict"] = "inconclusive" if r["holm_p"] >= 0.05 else "lower" if r["mean"] < 0 else "higher"
     if opts.get("out"):
-        write_result(opts["out"], out, provenance([], ["python", "fits.py"] + list(argv)))
+        write_result(opts["out"], out, prov)
     print(json.dumps(out, indent=1, default=float))
     return out
 

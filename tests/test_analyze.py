@@ -311,6 +311,10 @@ def test_residual_subcommand(tmp_path):
         for s, exponent in r["growth_exponent"][kind].items():
             norms = r["runs"][kind][s]
             assert exponent == pytest.approx(np.log2(norms["2"]["norms"][-1] / norms["1"]["norms"][-1]))
+            # one seed: its own exponent is the mean's, its mean cosine the off-diagonal of its 2 x 2 matrix
+            assert r["per_seed"][kind][s]["growth_exponent"] == pytest.approx([exponent])
+    matrix = np.array(r["increment_cosine"]["looped"])
+    assert r["per_seed"]["looped"]["none"]["mean_cosine_at_largest_R"] == pytest.approx([matrix[0, 1]])
 
 
 def test_growth_exponent_is_wang_et_al_s_power_of_r():
@@ -321,6 +325,8 @@ def test_growth_exponent_is_wang_et_al_s_power_of_r():
         assert residual_growth.growth_exponent(per_r) == pytest.approx(power)
     per_r = {"2": {"norms": [2.0]}, "8": {"norms": [1.0]}, "4": {"norms": [100.0]}}
     assert residual_growth.growth_exponent(per_r) == pytest.approx(-0.5)
+    per_r = {"1": {"final": [1.0, 2.0]}, "4": {"final": [4.0, 4.0]}}  # seed by seed: 4 / 1 and 4 / 2 over 4
+    assert residual_growth.growth_exponent(per_r, "final") == pytest.approx([1.0, 0.5])
 
 
 def test_residual_protocol_optimizer_has_wang_settings():

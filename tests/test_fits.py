@@ -823,6 +823,31 @@ def test_family_tests_typed_per_seed_numbers_with_their_looks(tmp_path):
             verdicts.main_test(["family", bad])
 
 
+def test_family_reads_each_seeds_number_from_committed_jsons(tmp_path):
+    """fits.py family FILE:PATH and A - B: a seed's number read from a JSON (a dotted path as records.py reads it),
+    a difference of two arms or a value against a constant; the JSONs read are the result's inputs, with their sha256;
+    a path to no number, or to no file, is one line."""
+    seeds = []
+    for seed, (a, b) in enumerate(((0.3, 0.1), (0.5, 0.2), (0.4, 0.35))):
+        f = tmp_path / f"s{seed}.json"
+        f.write_text(json.dumps(dict(fit=dict(phi=a, arms=[dict(loss=b)]))))
+        seeds.append(str(f))
+    out = tmp_path / "f.json"
+    res = verdicts.main_test(["family", "phi=" + ",".join(f"{p}:fit.phi" for p in seeds),
+                              "below_1=" + ",".join(f"{p}:fit.phi - 1" for p in seeds),
+                              "a_minus_b=" + ",".join(f"{p}:fit.phi - {p}:fit.arms.0.loss" for p in seeds),
+                              f"--out={out}"])
+    assert res["phi"]["per_seed"] == pytest.approx([0.3, 0.5, 0.4])
+    assert res["below_1"]["per_seed"] == pytest.approx([-0.7, -0.5, -0.6])
+    assert res["a_minus_b"]["per_seed"] == pytest.approx([0.2, 0.3, 0.05])
+    assert res["phi"]["p"] == pytest.approx(verdicts.paired_t_test([0.3, 0.5, 0.4])["p"])
+    assert set(json.loads(out.read_text())["provenance"]["inputs"]) == set(seeds)
+    with pytest.raises(SystemExit, match="is not a number"):
+        verdicts.main_test(["family", f"x={seeds[0]}:fit,{seeds[1]}:fit.phi"])
+    with pytest.raises(SystemExit, match="no file"):
+        verdicts.main_test(["family", f"x={tmp_path}/none.json:fit.phi,1"])
+
+
 def test_fit_subset_keys_lrs_and_exclude():
     """--lrs keeps an earlier grid's LRs (the last bit of an LR aside); --exclude drops runs by point name."""
     rows = [dict(point=f"r1_C3e11_d{d}", arch="r1", n_loop=1, val_loss=2.0, seed=1, lr=lr)
