@@ -372,29 +372,28 @@ def main_test(argv):
 
 
 def seed_number(item, inputs):
-    """One seed's number in a `fits.py family` comparison: a number; FILE:PATH, the number at the dotted PATH of a
-    committed JSON (records.py's lookup: `records/x.json:free.phi`), so the record types no number it did not read;
-    or A - B of two of these (spaces around the minus): a difference of two arms, or a value against the paper's.
-    inputs collects the files read, for the JSON's provenance."""
+    """One seed's number in a `fits.py family` comparison: a sum of terms joined by " + " and " - " (spaces around
+    the sign), each a number or FILE:PATH, the number at the dotted PATH of a committed JSON (records.py's lookup:
+    `records/x.json:free.phi`), so the record types no number it did not read: a difference of two arms, a value
+    against the paper's, a change of one against the change of another. inputs collects the files read, for the
+    JSON's provenance."""
     from records import lookup
-    terms = item.split(" - ")
-    if len(terms) > 2:
-        raise ValueError(item)
-    values = []
-    for term in terms:
-        path, colon, field = term.strip().rpartition(":")
+    parts = re.split(r" ([+-]) ", item.strip())
+    total = 0.0
+    for sign, term in zip(["+"] + parts[1::2], parts[::2]):
+        path, colon, field = term.rpartition(":")
         if not colon:
-            values.append(float(term))
-            continue
-        if not os.path.isfile(path):
-            raise ConfigError(f"fits.py family: {term!r}: no file {path}")
-        with open(path) as f:
-            value = lookup(json.load(f), field)
-        if not isinstance(value, (int, float)):
-            raise ConfigError(f"fits.py family: {term!r} is not a number in {path}")
-        values.append(float(value))
-        inputs.append(path)
-    return values[0] - (values[1] if len(values) == 2 else 0.0)
+            value = float(term)
+        else:
+            if not os.path.isfile(path):
+                raise ConfigError(f"fits.py family: {term!r}: no file {path}")
+            with open(path) as f:
+                value = lookup(json.load(f), field)
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ConfigError(f"fits.py family: {term!r} is not a number in {path}")
+            inputs.append(path)
+        total += value if sign == "+" else -value
+    return float(total)
 
 
 def main_family(argv, opts):

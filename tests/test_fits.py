@@ -824,9 +824,9 @@ def test_family_tests_typed_per_seed_numbers_with_their_looks(tmp_path):
 
 
 def test_family_reads_each_seeds_number_from_committed_jsons(tmp_path):
-    """fits.py family FILE:PATH and A - B: a seed's number read from a JSON (a dotted path as records.py reads it),
-    a difference of two arms or a value against a constant; the JSONs read are the result's inputs, with their sha256;
-    a path to no number, or to no file, is one line."""
+    """fits.py family FILE:PATH and A - B + C: a seed's number read from a JSON (a dotted path as records.py reads
+    it), a difference of two arms, a value against a constant, a change against a change; the JSONs read are the
+    result's inputs, with their sha256; a path to no number, or to no file, is one line."""
     seeds = []
     for seed, (a, b) in enumerate(((0.3, 0.1), (0.5, 0.2), (0.4, 0.35))):
         f = tmp_path / f"s{seed}.json"
@@ -840,6 +840,9 @@ def test_family_reads_each_seeds_number_from_committed_jsons(tmp_path):
     assert res["phi"]["per_seed"] == pytest.approx([0.3, 0.5, 0.4])
     assert res["below_1"]["per_seed"] == pytest.approx([-0.7, -0.5, -0.6])
     assert res["a_minus_b"]["per_seed"] == pytest.approx([0.2, 0.3, 0.05])
+    terms = [f"{p}:fit.phi - 1 + {p}:fit.arms.0.loss - -0.5" for p in seeds]
+    four = verdicts.main_test(["family", "x=" + ",".join(terms)])
+    assert four["x"]["per_seed"] == pytest.approx([-0.1, 0.2, 0.25])  # phi - 1 + loss + 0.5
     assert res["phi"]["p"] == pytest.approx(verdicts.paired_t_test([0.3, 0.5, 0.4])["p"])
     assert set(json.loads(out.read_text())["provenance"]["inputs"]) == set(seeds)
     with pytest.raises(SystemExit, match="is not a number"):
