@@ -375,8 +375,9 @@ def seed_number(item, inputs):
     """One seed's number in a `fits.py family` comparison: a sum of terms joined by " + " and " - " (spaces around
     the sign), each a number or FILE:PATH, the number at the dotted PATH of a committed JSON (records.py's lookup:
     `records/x.json:free.phi`), so the record types no number it did not read: a difference of two arms, a value
-    against the paper's, a change of one against the change of another. inputs collects the files read, for the
-    JSON's provenance."""
+    against the paper's, a change of one against the change of another. A PATH may name a list, one number per seed
+    (an analysis that ran every seed): then the item is every seed's number at once. inputs collects the files read,
+    for the JSON's provenance."""
     from records import lookup
     parts = re.split(r" ([+-]) ", item.strip())
     total = 0.0
@@ -389,11 +390,12 @@ def seed_number(item, inputs):
                 raise ConfigError(f"fits.py family: {term!r}: no file {path}")
             with open(path) as f:
                 value = lookup(json.load(f), field)
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise ConfigError(f"fits.py family: {term!r} is not a number in {path}")
+            numbers = value if isinstance(value, list) else [value]
+            if not numbers or any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in numbers):
+                raise ConfigError(f"fits.py family: {term!r} is not a number (or a list of them) in {path}")
             inputs.append(path)
-        total += value if sign == "+" else -value
-    return float(total)
+        total = total + np.asarray(value, dtype=float) * (1 if sign == "+" else -1)
+    return total.tolist() if np.ndim(total) else float(total)
 
 
 def main_family(argv, opts):
@@ -408,14 +410,15 @@ def main_family(argv, opts):
         key, eq, values = a.partition("=")
         name, at, k = key.partition("@")
         try:
-            per_seed[name] = [seed_number(v, inputs) for v in values.split(",")]
+            numbers = [seed_number(v, inputs) for v in values.split(",")]
+            per_seed[name] = numbers[0] if len(numbers) == 1 and isinstance(numbers[0], list) else numbers
             looks[name] = int(k) if at else opts.get("looks", 1)
         except ValueError:
             per_seed[name] = []
         if not eq or not name or len(per_seed[name]) < 2 or looks.get(name, 0) < 1:
             raise ConfigError(f"fits.py family: {a!r} is not NAME=D1,D2,... or NAME@LOOKS=D1,D2,...: give each "
-                              "comparison's per-seed numbers (each a number, FILE:PATH in a JSON, or A - B of "
-                              "two), two seeds or more")
+                              "comparison's per-seed numbers (each a number, FILE:PATH in a JSON, or a sum of "
+                              "them; a PATH may name a list, one number per seed), two seeds or more")
     prov = provenance(sorted(set(inputs)), ["python", "fits.py"] + list(argv))  # before anything is written
     out = _family(per_seed, opts.get("margin"), looks)
     for r in out.values():

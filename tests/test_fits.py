@@ -825,8 +825,9 @@ def test_family_tests_typed_per_seed_numbers_with_their_looks(tmp_path):
 
 def test_family_reads_each_seeds_number_from_committed_jsons(tmp_path):
     """fits.py family FILE:PATH and A - B + C: a seed's number read from a JSON (a dotted path as records.py reads
-    it), a difference of two arms, a value against a constant, a change against a change; the JSONs read are the
-    result's inputs, with their sha256; a path to no number, or to no file, is one line."""
+    it), a difference of two arms, a value against a constant, a change against a change; a path to a list gives
+    every seed at once; the JSONs read are the result's inputs, with their sha256; a path to no number, or to no
+    file, is one line."""
     seeds = []
     for seed, (a, b) in enumerate(((0.3, 0.1), (0.5, 0.2), (0.4, 0.35))):
         f = tmp_path / f"s{seed}.json"
@@ -845,6 +846,10 @@ def test_family_reads_each_seeds_number_from_committed_jsons(tmp_path):
     assert four["x"]["per_seed"] == pytest.approx([-0.1, 0.2, 0.25])  # phi - 1 + loss + 0.5
     assert res["phi"]["p"] == pytest.approx(verdicts.paired_t_test([0.3, 0.5, 0.4])["p"])
     assert set(json.loads(out.read_text())["provenance"]["inputs"]) == set(seeds)
+    listed = tmp_path / "all.json"  # an analysis that ran every seed: one list per arm
+    listed.write_text(json.dumps(dict(a=[1.0, 2.0, 4.0], b=[0.5, 0.5, 1.0])))
+    both = verdicts.main_test(["family", f"a_minus_b={listed}:a - {listed}:b", f"a_minus_2={listed}:a - 2"])
+    assert both["a_minus_b"]["per_seed"] == [0.5, 1.5, 3.0] and both["a_minus_2"]["per_seed"] == [-1.0, 0.0, 2.0]
     with pytest.raises(SystemExit, match="is not a number"):
         verdicts.main_test(["family", f"x={seeds[0]}:fit,{seeds[1]}:fit.phi"])
     with pytest.raises(SystemExit, match="no file"):
