@@ -411,6 +411,8 @@ def main_family(argv, opts):
         name, at, k = key.partition("@")
         try:
             numbers = [seed_number(v, inputs) for v in values.split(",")]
+            if len(numbers) > 1 and any(isinstance(n, list) for n in numbers):
+                raise ValueError("a list of seeds is the comparison's only item")
             per_seed[name] = numbers[0] if len(numbers) == 1 and isinstance(numbers[0], list) else numbers
             looks[name] = int(k) if at else opts.get("looks", 1)
         except ValueError:
