@@ -39,6 +39,7 @@ import eval as ev  # noqa: E402
 import routing  # noqa: E402
 import optim  # noqa: E402
 from data import get_tokenizer  # noqa: E402
+from distributed import native_bf16  # noqa: E402
 import kernels  # noqa: E402
 from loop import is_looped, trajectory_rng  # noqa: E402
 from model import GPT, GPTConfig  # noqa: E402
@@ -283,8 +284,11 @@ def checkpoint_outputs(folder):
 
 
 def fingerprint():
-    """What a bit-for-bit comparison depends on besides our code: torch's version and the CPU's kernels."""
-    return dict(torch=torch.__version__, cpu=torch.backends.cpu.get_cpu_capability(), machine=platform.machine())
+    """What a bit-for-bit comparison depends on besides our code: torch's version and the CPU's kernels. The ISA
+    level alone does not say which: an AVX-512 EPYC with native bf16 rounds fp32 matmuls otherwise than the AVX-512
+    Xeon without it that saved the references (its oneDNN and MKL pick other kernels)."""
+    return dict(torch=torch.__version__, cpu=torch.backends.cpu.get_cpu_capability(), machine=platform.machine(),
+                native_bf16=native_bf16())
 
 
 def main():
