@@ -207,19 +207,26 @@ for argv in json.load(open(sys.argv[1])):  # each script as `python script spec 
 '''
 
 
+def last_bits(theirs, ours):
+    """Equal logits, to the last bits: bit for bit on the Xeon, but on the AVX-512 EPYC with native bf16 the two
+    processes' kernels round a case's last bit otherwise now and then (which case varies from run to run; up to
+    9.5e-7 measured); a wrong computation is off by far more, and the tokens are compared exactly."""
+    return theirs.shape == ours.shape and (theirs - ours).abs().max().item() <= 1e-5
+
+
 @pytest.mark.xdist_group("transformers")
 def test_transformers_loads_every_family_with_our_logits_generation_exits_and_tokenizers(in_transformers):
     expected, tokenizers, got = in_transformers["load"]
     for case, want in expected.items():
         r = got[case]
         assert r["module"].startswith("transformers_modules."), (case, r["module"])  # the exported files ran
-        assert torch.equal(r["logits"], want["logits"]), f"{case}: logits differ"
+        assert last_bits(r["logits"], want["logits"]), f"{case}: logits differ"
         assert r["cache"] == want["cache"], case
         assert torch.equal(*r.get("beams", [torch.zeros(1)] * 2)), f"{case}: beam search with the cache differs"
         for kind in ("greedy", "exit"):
             for b, (theirs, ours) in enumerate(zip(r.get(kind, []), want.get(kind, [])), 1):
                 assert torch.equal(theirs[0], ours[0]), f"{case}: {kind} tokens at batch {b}: {theirs[0]} != {ours[0]}"
-                assert torch.equal(theirs[1], ours[1]), f"{case}: the logits of {kind} decoding at batch {b} differ"
+                assert last_bits(theirs[1], ours[1]), f"{case}: the logits of {kind} decoding at batch {b} differ"
     assert sum("beams" in got[case] for case in expected) == 3
     exits = [case for case, w in expected.items() if "exit" in w]  # where a step exits, its logits differ
     assert len(exits) == 8 and all(not torch.equal(expected[c]["exit"][1][1], expected[c]["greedy"][1][1])
