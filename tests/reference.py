@@ -285,8 +285,8 @@ def checkpoint_outputs(folder):
 
 def fingerprint():
     """What a bit-for-bit comparison depends on besides our code: torch's version and the CPU's kernels. The ISA
-    level alone does not say which: an AVX-512 EPYC with native bf16 rounds fp32 matmuls otherwise than the AVX-512
-    Xeon without it that saved the references (its oneDNN and MKL pick other kernels)."""
+    level alone does not say which: on a 2-core AMD EPYC with AVX-512 and native bf16 every reference case differs
+    in its last bits from the AVX-512 Intel Xeon without native bf16 that saved them."""
     return dict(torch=torch.__version__, cpu=torch.backends.cpu.get_cpu_capability(), machine=platform.machine(),
                 native_bf16=native_bf16())
 
