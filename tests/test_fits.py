@@ -898,7 +898,7 @@ def test_the_fits_run_blas_on_one_thread_and_report_progress_with_tqdm(capsys):
     fits.one_blas_thread()
     blas = [i for i in threadpool_info() if i["user_api"] == "blas"]
     assert blas and all(i["num_threads"] == 1 for i in blas)
-    assert list(fits._progress(iter([[1, 2], [3]]), 3, "refits")) == [[1, 2], [3]]
+    assert list(fits.progress(iter([[1, 2], [3]]), 3, "refits")) == [[1, 2], [3]]
     assert "refits: 100%" in capsys.readouterr().err
 
 
