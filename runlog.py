@@ -124,7 +124,8 @@ class RunLog:
         result = {"val_loss": val_loss, "best_val_loss": best_val, "train_loss": self.train_loss, "steps": max_steps,
                   "tokens": max_steps * tokens_per_step, "flops": max_steps * tokens_per_step * flops_per_token,
                   "flops_convention": self.cfg["flops_convention"], "wall_s": wall, "unigram_entropy": entropy,
-                  "above_unigram_entropy": val_loss >= entropy, **scaling.count_params(self.model)}
+                  "above_unigram_entropy": val_loss >= entropy, **scaling.count_params(self.model),
+                  "device": str(self.env.device), "dtype": str(self.env.dtype).removeprefix("torch.")}  # as resolved
         result = {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in result.items()}
         with open(os.path.join(self.cfg["out_dir"], "result.json"), "w") as f:
             json.dump(result, f, indent=1, allow_nan=False)

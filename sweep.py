@@ -69,7 +69,8 @@ import numpy as np
 from configurator import EXIT_RESUMABLE, ConfigError, cli_arg  # (light: a Slurm job imports this file without torch)
 from data import TOKENIZER_VOCAB, json_lines  # a named tokenizer sets the vocabulary (data.training_vocab)
 
-TRAIN_PY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "train.py")  # describes the keys
+REPO = os.path.dirname(os.path.abspath(__file__))  # the checkout: specs and records are named relative to it
+TRAIN_PY = os.path.join(REPO, "train.py")  # describes the keys
 ROW_FIELDS = ("arch", "n_embd", "n_layer", "n_loop", "lr", "flops_budget", "seed")
 
 Point = namedtuple("Point", "name arch configs overrides flops_budget fields")
@@ -188,9 +189,10 @@ def grandfathered(root):
         return json.load(f)
 
 
-def check_rule(spec, planned, root):
+def check_rule(spec, planned, root, code_from_snapshot=False):
     """A sweep that writes to a record feeds a verdict: its spec must hold the rule (see the docstring), with
-    exactly the seeds the grid plans, and the git tree must be clean apart from registered results files."""
+    exactly the seeds the grid plans, and the git tree must be clean apart from registered results files (unless
+    the runs' code is a snapshot of the rule's commit: rule_snapshot)."""
     name = spec.get("spec_file", spec["name"])
     rule = spec.get("rule")
     old = set(record_files(spec)) & set(grandfathered(root))
@@ -204,7 +206,7 @@ def check_rule(spec, planned, root):
         if missing or seeds != rule_seeds:
             raise ConfigError(f"{name}: rule needs finding, test, seeds, margin (missing {missing}) and seeds "
                               f"{sorted(rule_seeds)} equal to the seeds the grid plans {sorted(seeds)}")
-    dirty = uncommitted(root)
+    dirty = [] if code_from_snapshot else uncommitted(root)
     if dirty:
         raise ConfigError(f"refusing to start {name}: the git tree has {len(dirty)} uncommitted change(s) "
                           f"({dirty[0]}{', ...' if len(dirty) > 1 else ''}); commit the rule and the code first, so "
@@ -241,6 +243,21 @@ def provenance(inputs, command):
     printed in a shell, the code's commit (HEAD, '+dirty' when tracked files differ) and each input's sha256."""
     return dict(command=shlex.join(command), code=git_revision(os.path.dirname(os.path.abspath(__file__))),
                 inputs={p: file_sha256(p) for p in inputs})
+
+
+def rule_snapshot(spec, root):
+    """(the snapshot directory, the commit) that a campaign's runs use (--at_rule_commit): the commit that last
+    changed the spec, which holds its rule, and the code as it was then. The spec must be committed unchanged."""
+    path = os.path.relpath(os.path.abspath(spec.get("spec_file", "")), root)
+    try:
+        revision = git(root, "log", "-1", "--format=%H", "--", path).strip()
+        changed = revision and git(root, "status", "--porcelain", "--", path).strip()
+    except (OSError, subprocess.CalledProcessError):
+        raise ConfigError("--at_rule_commit needs a git checkout: its runs use a snapshot of a commit") from None
+    if not revision or changed:
+        raise ConfigError(f"--at_rule_commit: {path} is {'not committed' if not revision else 'changed since its commit'}"
+                          f": commit the spec (its rule) first")
+    return snapshot(root, os.path.join(root, "out", "snapshots", revision[:12]), revision), revision
 
 
 def sweep_dir(spec):
@@ -367,10 +384,14 @@ def _hms(seconds):
 
 
 def run_sweep(spec, dry_run=False, only="", retry_failed=False, limit=0, parallel=0, launcher="local", wait=False,
-              **cluster):
+              deadline_s=0.0, devices="", at_rule_commit=False, **cluster):
     """Plan, print, then run every point not yet done (one at a time, or `parallel` at once), appending a row to
     results.jsonl after each. A point killed midway is resumed (--resume) the next time; a point whose run failed
     (non-zero exit: divergence, a bug) gets a row with status 'failed' and is not retried unless retry_failed.
+    deadline_s: start only runs that should end within that many seconds (by the measured throughput), stop the
+    ones still running then (they resume the next time) and return. devices: the slots' CUDA_VISIBLE_DEVICES
+    instead of the spec's ("0" with parallel=4: four runs share GPU 0). at_rule_commit: train.py runs from a
+    snapshot of the commit that last changed the spec (its rule), so every arm of a comparison runs one code.
     launcher="slurm": the points not done and not queued or running go to Slurm as jobs (SlurmSweep; `cluster`:
     CLUSTER_KEYS), and their rows are merged as they come."""
     if launcher not in LAUNCHERS:
@@ -398,15 +419,17 @@ def run_sweep(spec, dry_run=False, only="", retry_failed=False, limit=0, paralle
     todo = todo[:limit or None]
     if dry_run or not todo and not (slurm is not None and wait):
         return planned
+    code, revision = (rule_snapshot(spec, root) if at_rule_commit and todo else (root, None))
     if todo and spec.get("record"):
-        check_rule(spec, planned, root)
+        check_rule(spec, planned, root, code_from_snapshot=code != root)
     try:
         os.makedirs(sweep_dir(spec), exist_ok=True)
     except OSError as e:
         raise ConfigError(f"cannot write the sweep's runs to {sweep_dir(spec)!r} ({e.strerror}): choose another "
                           "--out_dir") from None
     if slurm is None:
-        SweepRuns(spec, todo, root, parallel).run()
+        SweepRuns(spec, todo, code, parallel, devices=devices.split(",") if devices else None, rate=rate,
+                  deadline_s=deadline_s, revision=revision).run()
         return planned
     if todo:
         slurm.submit(todo)
@@ -419,14 +442,17 @@ class SweepRuns:
     """The runs of one sweep invocation: train.py processes in `slots` parallel slots, a row appended to
     results.jsonl (and the record's committed copy) as each one ends."""
 
-    def __init__(self, spec, todo, root, parallel=0):
-        self.spec, self.todo, self.root = spec, todo, root
+    def __init__(self, spec, todo, root, parallel=0, devices=None, rate=None, deadline_s=0.0, revision=None):
+        self.spec, self.todo, self.root = spec, todo, root  # root: where train.py runs (a snapshot, or the checkout)
         self.out = sweep_dir(spec)
         self.results = os.path.join(self.out, "results.jsonl")
-        self.revision = git_revision(root)
-        self.spec_file = spec.get("spec_file") and os.path.relpath(os.path.abspath(spec["spec_file"]), root)
+        self.revision = revision or git_revision(root)
+        self.spec_file = spec.get("spec_file") and os.path.relpath(os.path.abspath(spec["spec_file"]), REPO)
         self.spec_sha = file_sha256(spec["spec_file"]) if self.spec_file else None
         self.slots = max(1, parallel or spec.get("parallel", 1))
+        self.devices = devices or spec.get("devices")  # e.g. ["0", "1", ...]: CUDA_VISIBLE_DEVICES of each slot
+        self.rate = rate or float(spec.get("flops_per_second", 5e9))  # FLOP/s of one run, for its expected time
+        self.deadline = time.time() + deadline_s if deadline_s else float("inf")
         self.t_start, self.finished = time.time(), 0
 
     def launch(self, slot, q):
@@ -439,9 +465,8 @@ class SweepRuns:
         cmd, extra_env = point_command(spec, p, run_dir)
         resume = ["--resume"] if os.path.exists(os.path.join(run_dir, "ckpt.pt")) else []
         env = dict(os.environ, **extra_env)
-        devices = spec.get("devices")  # e.g. ["0", "1", ...]: CUDA_VISIBLE_DEVICES of each parallel slot
-        if devices:
-            env["CUDA_VISIBLE_DEVICES"] = devices[slot % len(devices)]
+        if self.devices:
+            env["CUDA_VISIBLE_DEVICES"] = self.devices[slot % len(self.devices)]
         log = open(os.path.join(run_dir, "train.log"), "a")
         print(f"[{p.name}] {' '.join(cmd + resume)}", flush=True)
         proc = subprocess.Popen(cmd + resume, cwd=self.root, env=env, stdout=log, stderr=subprocess.STDOUT)
@@ -449,8 +474,9 @@ class SweepRuns:
 
     def finish(self, q, run_dir, rc, started, command):
         """Append point q's row (ok if its run wrote result.json, else failed) and print the progress."""
-        if rc is not None and rc < 0:  # killed by a signal: an interruption, not a result
-            raise SystemExit(f"[{q['point'].name}] was killed (signal {-rc}); run the same command to resume")
+        if rc is not None and (rc < 0 or rc == EXIT_RESUMABLE):  # killed, or stopped and saved: not a result
+            raise SystemExit(f"[{q['point'].name}] was {'stopped' if rc > 0 else f'killed (signal {-rc})'}; run the "
+                             "same command to resume")
         row = finished_row(q, run_dir, rc, started, command, self.revision, self.spec_file, self.spec_sha)
         status = row["status"]
         with open(self.results, "a") as f:
@@ -464,9 +490,14 @@ class SweepRuns:
         print(f"[{q['point'].name}] {status}: val_loss {row.get('val_loss')} | {self.finished}/{len(self.todo)} done, "
               f"{left} left, eta {_hms(eta)}", flush=True)
 
+    def expected_s(self, q):
+        return q["work"] / self.rate
+
     def run(self):
         """Keep every slot busy until the queue is empty (several at once: the longest runs first, so the slots
-        finish together); a stopped sweep (Ctrl-C, SIGTERM) stops its runs, which resume the next time."""
+        finish together); a stopped sweep (Ctrl-C, SIGTERM) stops its runs, which resume the next time. With a
+        deadline, a run starts only if it should end by then; at the deadline the runs still going are stopped
+        (no row: they resume the next time) and the sweep ends cleanly."""
         def stopped(signum, frame):  # a plain `kill` (SIGTERM) stops the runs too, as Ctrl-C does: no orphaned run
             raise SystemExit(f"sweep stopped (signal {signum}); its runs were stopped too: run the same command to "
                              "resume")
@@ -475,19 +506,22 @@ class SweepRuns:
         in_main_thread = threading.current_thread() is threading.main_thread()  # only it may set a signal handler
         previous = signal.signal(signal.SIGTERM, stopped) if in_main_thread else None
         try:
-            while queue or running:
+            while running or any(time.time() + self.expected_s(q) <= self.deadline for q in queue):
                 for slot in range(self.slots):
-                    if slot not in running and queue:
-                        q = queue.pop(0)
-                        run_dir, proc, command = self.launch(slot, q)
+                    fits = [q for q in queue if time.time() + self.expected_s(q) <= self.deadline]
+                    if slot not in running and fits:
+                        queue.remove(fits[0])
+                        run_dir, proc, command = self.launch(slot, fits[0])
                         if proc is None:
-                            self.finish(q, run_dir, None, time.time(), command)
+                            self.finish(fits[0], run_dir, None, time.time(), command)
                         else:
-                            running[slot] = (q, proc, time.time(), run_dir, command)
+                            running[slot] = (fits[0], proc, time.time(), run_dir, command)
                 for slot, (q, proc, started, run_dir, command) in list(running.items()):
                     if proc.poll() is not None:
                         del running[slot]
                         self.finish(q, run_dir, proc.returncode, started, command)
+                if running and time.time() >= self.deadline:
+                    break
                 if running:
                     time.sleep(0.05 if self.slots == 1 else 1.0)
         finally:
@@ -497,6 +531,10 @@ class SweepRuns:
                 proc.wait()
             if in_main_thread:
                 signal.signal(signal.SIGTERM, previous)
+        left = len(queue) + len(running)
+        if left:
+            print(f"deadline: {len(running)} run(s) stopped, {len(queue)} not started ({left} point(s) left); run the "
+                  "same command to continue", flush=True)
 
 
 # ---- sweeps on a Slurm cluster, through submitit ----------------------------------------------------------------
@@ -543,19 +581,21 @@ def check_committed(root, files):
                           "the jobs run a snapshot of HEAD: commit (or stash) first")
 
 
-def snapshot(root, dest):
-    """HEAD's files in dest (git archive): the code the jobs of a submission run, whatever becomes of the working
-    tree while they wait in the queue; made once per commit. data/, where train.py prepares its token files (ignored
-    by git), is the repository's own, linked in."""
+def snapshot(root, dest, revision="HEAD"):
+    """The files of a commit (HEAD unless named) in dest (git archive): the code the jobs of a submission, or the
+    runs of a campaign (--at_rule_commit), run, whatever becomes of the working tree meanwhile; made once per commit.
+    data/, where train.py prepares its token files, and out/, where the runs write (both ignored by git), are the
+    repository's own, linked in, so relative paths mean the same in the snapshot."""
     if os.path.isdir(dest):
         return dest
     tmp = f"{dest}.{os.getpid()}.tmp"
     os.makedirs(tmp)
-    archive = subprocess.run(["git", "archive", "HEAD"], cwd=root, capture_output=True, check=True).stdout
+    archive = subprocess.run(["git", "archive", revision], cwd=root, capture_output=True, check=True).stdout
     tarfile.open(fileobj=io.BytesIO(archive)).extractall(tmp, filter="data")
-    os.makedirs(os.path.join(root, "data"), exist_ok=True)
-    if not os.path.exists(os.path.join(tmp, "data")):
-        os.symlink(os.path.join(root, "data"), os.path.join(tmp, "data"))
+    for linked in ("data", "out"):
+        os.makedirs(os.path.join(root, linked), exist_ok=True)
+        if not os.path.exists(os.path.join(tmp, linked)):
+            os.symlink(os.path.join(root, linked), os.path.join(tmp, linked))
     os.replace(tmp, dest)
     return dest
 
@@ -737,6 +777,9 @@ SWEEP_KEYS = dict(
     out_dir="",  # the sweep directory instead of the spec's (e.g. a scratch directory for a trial)
     launcher="local",  # local: the runs on this machine; slurm: one Slurm job per point through submitit (keys below)
     wait=False,  # slurm: wait for the jobs, merging their rows as they end (else: submit; the same command merges)
+    deadline_s=0.0,  # start only runs expected to end within this many seconds; then stop (they resume next time)
+    devices="",  # the slots' CUDA_VISIBLE_DEVICES, comma-separated, instead of the spec's (0 with --parallel=4: 4 on GPU 0)
+    at_rule_commit=False,  # run train.py from a snapshot of the commit that last changed the spec (its rule)
 )
 CLUSTER_KEYS = dict(  # --launcher=slurm's
     partition="",  # slurm: the partition of the jobs (required; `sinfo -s` lists them)
@@ -769,11 +812,13 @@ def main_sweep(argv):
     cfg, _ = configure(SWEEP_KEYS, None, [a for a in argv if a not in specs], doc_source=__file__,
                        usage="python scaling.py sweep config/sweeps/<spec>.py [--key=value ...]",
                        choices=dict(launcher=LAUNCHERS))
-    for key in ("limit", "parallel"):
+    for key in ("limit", "parallel", "deadline_s"):
         if cfg[key] < 0:
             raise ConfigError(f"config error: --{key}={cfg[key]} must be >= 0")
-    if cfg["launcher"] == "slurm" and cfg["parallel"]:
-        raise ConfigError("config error: --parallel is the local launcher's; Slurm runs the points as its queue allows")
+    local = [k for k in ("parallel", "deadline_s", "devices", "at_rule_commit") if cfg[k] != SWEEP_KEYS[k]]
+    if cfg["launcher"] == "slurm" and local:
+        raise ConfigError(f"config error: --{local[0]} is the local launcher's; Slurm runs the points as its queue "
+                          "allows, each job from a snapshot of HEAD")
     stray = [k for k in ("wait", *CLUSTER_KEYS) if cfg["launcher"] != "slurm" and cfg[k] != SWEEP_KEYS[k]]
     if stray:
         raise ConfigError(f"config error: --{stray[0]} is a key of --launcher=slurm (the runs here are local)")

@@ -15,6 +15,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 import scaling  # noqa: E402
 import sweep  # noqa: E402
+from configurator import ConfigError  # noqa: E402
 
 
 def test_planner_tokens_follow_the_budget(monkeypatch):
@@ -35,7 +36,8 @@ import json, os, signal, sys
 args = dict(a[2:].split("=", 1) for a in sys.argv[1:] if a.startswith("--") and "=" in a)
 out = args["out_dir"]
 with open(os.environ["FAKE_LOG"], "a") as f:
-    f.write(json.dumps({"point": os.path.basename(out), "resume": "--resume" in sys.argv}) + "\n")
+    f.write(json.dumps({"point": os.path.basename(out), "resume": "--resume" in sys.argv,
+                        "cuda": os.environ.get("CUDA_VISIBLE_DEVICES")}) + "\n")
 os.makedirs(out, exist_ok=True)
 if os.environ.get("FAKE_KILL") == os.path.basename(out):  # killed halfway: a checkpoint but no result
     open(os.path.join(out, "ckpt.pt"), "w").write("partial")
@@ -58,7 +60,7 @@ def fake_sweep(tmp_path, monkeypatch, record, budgets=(1e9,), widths=(32,)):
     fake = tmp_path / "fake_train.py"
     fake.write_text(FAKE_TRAIN)
     monkeypatch.setenv("FAKE_LOG", str(tmp_path / "log.jsonl"))
-    monkeypatch.setattr(sweep, "check_rule", lambda *a: None)  # its own tests below; this tree may be mid-edit
+    monkeypatch.setattr(sweep, "check_rule", lambda *a, **k: None)  # its own tests below; this tree may be mid-edit
     return dict(name="t", out_dir=str(tmp_path / "sweep"), archs={"base": ["config/sparse_base.py"]},
                 budgets=list(budgets), widths=list(widths), runner=[sys.executable, str(fake)],
                 common=dict(n_layer=2, head_dim=16, tokenizer="byte", block_size=32, batch_size=2), record=record)
@@ -329,3 +331,76 @@ def test_sweep_help_needs_no_spec_and_describes_the_keys(capsys):
         assert "--retry_failed" in out and "run points whose earlier run failed again" in out
     with pytest.raises(SystemExit, match="usage: python scaling.py sweep"):
         scaling.main(["sweep"])
+
+
+def tiny_real_sweep(tmp_path, data_dir, name, seeds=(1,)):
+    """A sweep of real train.py runs small enough for a test: one layer, 30 steps, one per seed."""
+    data = dict(a[2:].split("=", 1) for a in data_dir)
+    return dict(name=name, out_dir=str(tmp_path / name), archs={"base": []}, seeds=list(seeds),
+                env=dict(OMP_NUM_THREADS="1"), flops_per_second=1e15,
+                common=dict(data, n_layer=1, n_embd=32, head_dim=16, block_size=32, batch_size=4, max_iters=30,
+                            warmup_iters=3, eval_interval=15, eval_tokens=1024, sample_tokens=0, log_interval=1))
+
+
+METRICS = ("point", "status", "val_loss", "best_val_loss", "train_loss", "steps", "tokens", "flops", "seed",
+           "params_unique", "device", "dtype")
+
+
+def test_a_sweep_stopped_by_its_deadline_and_continued_gives_the_rows_of_one_run_through(tmp_path, data_dir,
+                                                                                       monkeypatch, capsys):
+    """A campaign batch on a lent machine must end by its deadline and the next batch carry on: the rows of a sweep
+    cut by --deadline_s (a run stopped midway resumes from its checkpoint, or starts again) and continued equal
+    those of a sweep run straight through, metrics for metrics (timings and provenance aside)."""
+    monkeypatch.chdir(ROOT)
+    straight = tiny_real_sweep(tmp_path, data_dir, "straight")
+    sweep.run_sweep(straight)
+    cut = tiny_real_sweep(tmp_path, data_dir, "cut")
+    sweep.run_sweep(cut, deadline_s=2.0)  # train.py's start-up alone takes longer: the run is stopped midway
+    assert "deadline: 1 run(s) stopped, 0 not started (1 point(s) left); run the same command to continue" in \
+        capsys.readouterr().out
+    results = os.path.join(cut["out_dir"], "results.jsonl")
+    assert not os.path.exists(results)  # no row for a stopped run: it is not a result
+    sweep.run_sweep(cut)
+    rows = {r["point"]: r for r in sweep.read_results(results)}
+    expected = {r["point"]: r for r in sweep.read_results(os.path.join(straight["out_dir"], "results.jsonl"))}
+    assert sorted(rows) == sorted(expected) == ["base_s1"]
+    for name, row in rows.items():
+        assert {k: row[k] for k in METRICS} == {k: expected[name][k] for k in METRICS}
+    assert row["device"] == "cpu" and row["dtype"] == "float32"  # the row says what the run ran on, as resolved
+
+    # a run that cannot end by the deadline (by the throughput) is not started at all
+    late = tiny_real_sweep(tmp_path, data_dir, "late", seeds=(3,))
+    late["flops_per_second"] = 1.0
+    sweep.run_sweep(late, deadline_s=60)
+    assert "0 run(s) stopped, 1 not started" in capsys.readouterr().out
+    assert not os.path.exists(os.path.join(late["out_dir"], "results.jsonl"))
+
+
+def test_several_runs_share_one_gpu_through_the_slots_devices(tmp_path, monkeypatch, capsys):
+    """--devices=0 with --parallel=3: three slots, each run with CUDA_VISIBLE_DEVICES=0 (several runs on one GPU)."""
+    spec = fake_sweep(tmp_path, monkeypatch, "", budgets=[1e9], widths=[32, 48, 64])
+    sweep.run_sweep(spec, parallel=3, devices="0")
+    calls = [json.loads(line) for line in (tmp_path / "log.jsonl").read_text().splitlines()]
+    assert len(calls) == 3 and {c["cuda"] for c in calls} == {"0"}
+
+
+def test_campaign_runs_use_a_snapshot_of_their_rules_commit(tmp_path):
+    """--at_rule_commit: train.py runs from the commit that last changed the spec (so every arm of a comparison runs
+    one code while main moves on); a spec changed since its commit is refused."""
+    repo = tmp_path / "repo"
+    (repo / "config" / "sweeps").mkdir(parents=True)
+    (repo / "train.py").write_text("at the rule\n")
+    spec = repo / "config" / "sweeps" / "s.py"
+    spec.write_text("rule = 1\n")
+    for args in (["init", "-q"], ["add", "."], ["commit", "-qm", "rule"]):
+        sweep.git(str(repo), "-c", "user.name=t", "-c", "user.email=t@t", *args)
+    rule = sweep.git(str(repo), "rev-parse", "HEAD").strip()
+    (repo / "train.py").write_text("moved on\n")
+    for args in (["add", "."], ["commit", "-qm", "later code"]):
+        sweep.git(str(repo), "-c", "user.name=t", "-c", "user.email=t@t", *args)
+    code, revision = sweep.rule_snapshot(dict(spec_file=str(spec)), str(repo))
+    assert revision == rule and open(os.path.join(code, "train.py")).read() == "at the rule\n"
+    assert os.path.realpath(os.path.join(code, "out")) == os.path.realpath(repo / "out")  # runs write to the checkout
+    spec.write_text("rule = 2\n")
+    with pytest.raises(ConfigError, match="changed since its commit: commit the spec"):
+        sweep.rule_snapshot(dict(spec_file=str(spec)), str(repo))
