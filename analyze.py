@@ -597,7 +597,7 @@ DEFAULTS = dict(
     seq_len=256,  # tokens per sequence, capped at block_size (residual protocol: 128)
     jsd_threshold=0.5,  # jsd: a token has converged below this normalised JSD (Lee et al.: 0.5)
     states="auto",  # representation: auto | boundary (end of each loop pass) | all (every effective layer)
-    seed=0,  # seed of initialisation and random tokens
+    seed=0,  # seed of initialisation and random tokens (residual, coordcheck: the first of n_seeds seeds)
     device="auto",  # auto (cuda if there is one) | cpu | cuda
     threads=0,  # torch threads on CPU; 0 = auto, as train.py: OMP_NUM_THREADS if set, else the idle cores
     dtype="float32",  # float32 | bfloat16 (autocast around the analysis; its statistics stay in fp32)

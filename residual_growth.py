@@ -195,7 +195,7 @@ def run_residual(cfg, model_cfg):
     result, cosines = {}, {}
     for kind, scaling, n_loop in runs:
         per_seed = []
-        for seed in range(cfg["n_seeds"]):
+        for seed in range(cfg["seed"], cfg["seed"] + cfg["n_seeds"]):  # seeds seed, seed + 1, ...: a fresh set
             torch.manual_seed(seed)
             if kind == "looped":
                 model = GPT(looped_config(model_cfg, n_loop, scaling)).init_weights(seed).to(cfg["device"])
@@ -206,7 +206,7 @@ def run_residual(cfg, model_cfg):
             kernels.on_cpu(model, cfg["device"])
             run, cos = residual_run(model, cfg, seed, every)
             per_seed.append(run)
-            if seed == 0 and n_loop == max(cfg["loops"]) and scaling == "none":
+            if seed == cfg["seed"] and n_loop == max(cfg["loops"]) and scaling == "none":
                 cosines[kind] = cos.tolist()
             bar.update(n_loop * model_cfg.n_layer)
         agg = {key: np.mean([r[key] for r in per_seed], 0).tolist() for key in ("norms", "updates", "losses")}
@@ -327,7 +327,7 @@ def run_coordcheck(cfg, model_cfg):
     result = defaultdict(dict)
     for title, _, x, mcfg in tqdm(sweeps, desc="coordcheck"):
         traces = []
-        for seed in range(cfg["n_seeds"]):
+        for seed in range(cfg["seed"], cfg["seed"] + cfg["n_seeds"]):
             torch.manual_seed(seed)
             model = kernels.on_cpu(GPT(mcfg).init_weights(seed).to(cfg["device"]), cfg["device"])
             traces.append(coord_data(model, cfg, seed))

@@ -317,6 +317,19 @@ def test_residual_subcommand(tmp_path):
     assert r["per_seed"]["looped"]["none"]["mean_cosine_at_largest_R"] == pytest.approx([matrix[0, 1]])
 
 
+def test_residual_seeds_start_at_seed_so_a_fresh_set_adds_new_ones(tmp_path):
+    """--seed=S --n_seeds=K runs seeds S ... S+K-1 (a campaign's fresh seeds): seed 1 alone gives what it gave as the
+    second of seeds 0 and 1."""
+    tiny = ("--n_embd=32", "--head_dim=16", "--n_layer=1", "--loops=(1,2)", "--steps=2", "--seq_len=16",
+            "--block_size=16", "--batch_size=1")
+    both = run("residual", tmp_path / "both", *tiny, "--n_seeds=2")["per_seed"]
+    second = run("residual", tmp_path / "second", *tiny, "--n_seeds=1", "--seed=1")["per_seed"]
+    for kind in ("looped", "nonshared"):
+        for s in ("none", "linear"):
+            for key in ("growth_exponent", "mean_cosine_at_largest_R"):
+                assert second[kind][s][key] == pytest.approx(both[kind][s][key][1:], rel=1e-6)
+
+
 def test_growth_exponent_is_wang_et_al_s_power_of_r():
     """Hand-computed: norms growing as R, sqrt(R) and not at all over R = 1 ... 32 give exponents 1, 1/2 and 0 (Wang
     et al. 2026, arXiv:2606.18524, §5.1: none, 1/sqrt(R), 1/R); only the smallest and largest R count."""
