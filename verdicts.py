@@ -210,9 +210,11 @@ def _family(per_seed, margin=None, looks=None):
     """The tests of one finding's comparisons, each a list of per-seed differences: the t-test (and TOST with a
     margin) of each, Holm over the family. looks: {name: K} for a comparison whose seeds were added after looking
     (records/README.md, rule 5): its p times K enters Holm."""
-    out = {name: dict(per_seed=d, **(tost(d, margin) if margin is not None else paired_t_test(d)))
+    looks = looks or {}
+    out = {name: dict(per_seed=d, **(tost(d, margin, alpha=0.05 / looks.get(name, 1)) if margin is not None else
+                                     paired_t_test(d)))  # TOST after K looks: each side at 0.05 / K (rule 5)
            for name, d in per_seed.items()}
-    for name, k in (looks or {}).items():
+    for name, k in looks.items():
         if k > 1:
             out[name].update(looks=k, threshold=sequential_alpha(k), p_times_looks=min(1.0, out[name]["p"] * k))
     for name, p in zip(out, holm([o.get("p_times_looks", o["p"]) for o in out.values()])):
@@ -376,8 +378,8 @@ def seed_number(item, inputs):
     the sign), each a number or FILE:PATH, the number at the dotted PATH of a committed JSON (records.py's lookup:
     `records/x.json:free.phi`), so the record types no number it did not read: a difference of two arms, a value
     against the paper's, a change of one against the change of another. A PATH may name a list, one number per seed
-    (an analysis that ran every seed): then the item is every seed's number at once. inputs collects the files read,
-    for the JSON's provenance."""
+    (an analysis that ran every seed): then the item is every seed's number at once (later items add their seeds:
+    an added seed's analysis). inputs collects the files read, for the JSON's provenance."""
     from records import lookup
     parts = re.split(r" ([+-]) ", item.strip())
     total = 0.0
@@ -410,10 +412,9 @@ def main_family(argv, opts):
         key, eq, values = a.partition("=")
         name, at, k = key.partition("@")
         try:
-            numbers = [seed_number(v, inputs) for v in values.split(",")]
-            if len(numbers) > 1 and any(isinstance(n, list) for n in numbers):
-                raise ValueError("a list of seeds is the comparison's only item")
-            per_seed[name] = numbers[0] if len(numbers) == 1 and isinstance(numbers[0], list) else numbers
+            numbers = [seed_number(v, inputs) for v in re.split(r",(?! )", values)]  # ", " belongs to a key
+            # an item naming a list gives its seeds in order (an analysis that ran several), a number one seed
+            per_seed[name] = [x for n in numbers for x in (n if isinstance(n, list) else [n])]
             looks[name] = int(k) if at else opts.get("looks", 1)
         except ValueError:
             per_seed[name] = []

@@ -850,8 +850,12 @@ def test_family_reads_each_seeds_number_from_committed_jsons(tmp_path):
     listed.write_text(json.dumps(dict(a=[1.0, 2.0, 4.0], b=[0.5, 0.5, 1.0])))
     both = verdicts.main_test(["family", f"a_minus_b={listed}:a - {listed}:b", f"a_minus_2={listed}:a - 2"])
     assert both["a_minus_b"]["per_seed"] == [0.5, 1.5, 3.0] and both["a_minus_2"]["per_seed"] == [-1.0, 0.0, 2.0]
-    with pytest.raises(SystemExit, match="NAME=D1,D2"):  # every seed at once, or one number per seed: not both
-        verdicts.main_test(["family", f"x={listed}:a,1.0"])
+    added = verdicts.main_test(["family", f"x={listed}:a,1.0,{listed}:b"])  # seeds added after an analysis of several
+    assert added["x"]["per_seed"] == [1.0, 2.0, 4.0, 1.0, 0.5, 0.5, 1.0]
+    # TOST after K looks: each side at 0.05 / K, the 1 - 0.1 / K interval inside the margin (rule 5)
+    eq = verdicts.main_test(["family", "--margin=1", "y@2=0.1,-0.2,0.3,0.0"])["y"]
+    assert eq["level"] == pytest.approx(0.95) and eq["interval"] == pytest.approx(
+        verdicts.tost([0.1, -0.2, 0.3, 0.0], 1, alpha=0.025)["interval"])
     with pytest.raises(SystemExit, match="is not a number"):
         verdicts.main_test(["family", f"x={seeds[0]}:fit,{seeds[1]}:fit.phi"])
     with pytest.raises(SystemExit, match="no file"):
