@@ -165,7 +165,11 @@ def git(root, *args):
 
 
 def git_revision(repo):
-    """HEAD's full hash, '+dirty' when tracked files differ from it."""
+    """HEAD's full hash, '+dirty' when tracked files differ from it; in a snapshot (which lies inside the checkout's
+    ignored out/, so git would name the checkout's HEAD), the commit it was made from."""
+    if os.path.isfile(os.path.join(repo, SNAPSHOT_REVISION)):
+        with open(os.path.join(repo, SNAPSHOT_REVISION)) as f:
+            return f.read().strip()
     try:
         dirty = git(repo, "status", "--porcelain", "--untracked-files=no").strip()
         return git(repo, "rev-parse", "HEAD").strip() + ("+dirty" if dirty else "")
@@ -581,6 +585,9 @@ def check_committed(root, files):
                           "the jobs run a snapshot of HEAD: commit (or stash) first")
 
 
+SNAPSHOT_REVISION = ".snapshot_revision"  # a snapshot's commit, in a file at its top
+
+
 def snapshot(root, dest, revision="HEAD"):
     """The files of a commit (HEAD unless named) in dest (git archive): the code the jobs of a submission, or the
     runs of a campaign (--at_rule_commit), run, whatever becomes of the working tree meanwhile; made once per commit.
@@ -592,6 +599,8 @@ def snapshot(root, dest, revision="HEAD"):
     os.makedirs(tmp)
     archive = subprocess.run(["git", "archive", revision], cwd=root, capture_output=True, check=True).stdout
     tarfile.open(fileobj=io.BytesIO(archive)).extractall(tmp, filter="data")
+    with open(os.path.join(tmp, SNAPSHOT_REVISION), "w") as f:  # what git_revision says of code run from here
+        f.write(git(root, "rev-parse", revision).strip() + "\n")
     for linked in ("data", "out"):
         os.makedirs(os.path.join(root, linked), exist_ok=True)
         if not os.path.exists(os.path.join(tmp, linked)):

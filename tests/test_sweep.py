@@ -400,6 +400,7 @@ def test_campaign_runs_use_a_snapshot_of_their_rules_commit(tmp_path):
         sweep.git(str(repo), "-c", "user.name=t", "-c", "user.email=t@t", *args)
     code, revision = sweep.rule_snapshot(dict(spec_file=str(spec)), str(repo))
     assert revision == rule and open(os.path.join(code, "train.py")).read() == "at the rule\n"
+    assert sweep.git_revision(code) == rule  # provenance written by code run there names the rule's commit
     assert os.path.realpath(os.path.join(code, "out")) == os.path.realpath(repo / "out")  # runs write to the checkout
     spec.write_text("rule = 2\n")
     with pytest.raises(ConfigError, match="changed since its commit: commit the spec"):
