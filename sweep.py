@@ -250,8 +250,8 @@ def provenance(inputs, command):
 
 
 def rule_snapshot(spec, root):
-    """(the snapshot directory, the commit) that a campaign's runs use (--at_rule_commit): the commit that last
-    changed the spec, which holds its rule, and the code as it was then. The spec must be committed unchanged."""
+    """(the worktree, the commit) that a campaign's runs use (--at_rule_commit): the commit that last changed the
+    spec, which holds its rule, and the code as it was then. The spec must be committed unchanged."""
     path = os.path.relpath(os.path.abspath(spec.get("spec_file", "")), root)
     try:
         revision = git(root, "log", "-1", "--format=%H", "--", path).strip()
@@ -261,7 +261,20 @@ def rule_snapshot(spec, root):
     if not revision or changed:
         raise ConfigError(f"--at_rule_commit: {path} is {'not committed' if not revision else 'changed since its commit'}"
                           f": commit the spec (its rule) first")
-    return snapshot(root, os.path.join(root, "out", "snapshots", revision[:12]), revision), revision
+    return worktree(root, os.path.join(root, "out", "worktrees", revision[:12]), revision), revision
+
+
+def worktree(root, dest, revision):
+    """A git worktree of the checkout at `revision` (detached) in dest, made once: the code a campaign's runs use, a
+    real checkout, so the provenance that code writes (git_revision) names that commit. data/ and out/ are the
+    checkout's, linked in as in a snapshot."""
+    if not os.path.isdir(dest):
+        git(root, "worktree", "add", "--detach", dest, revision)
+        for linked in ("data", "out"):
+            os.makedirs(os.path.join(root, linked), exist_ok=True)
+            if not os.path.exists(os.path.join(dest, linked)):
+                os.symlink(os.path.join(root, linked), os.path.join(dest, linked))
+    return dest
 
 
 def sweep_dir(spec):
@@ -395,7 +408,7 @@ def run_sweep(spec, dry_run=False, only="", retry_failed=False, limit=0, paralle
     deadline_s: start only runs that should end within that many seconds (by the measured throughput), stop the
     ones still running then (they resume the next time) and return. devices: the slots' CUDA_VISIBLE_DEVICES
     instead of the spec's ("0" with parallel=4: four runs share GPU 0). at_rule_commit: train.py runs from a
-    snapshot of the commit that last changed the spec (its rule), so every arm of a comparison runs one code.
+    worktree of the commit that last changed the spec (its rule), so every arm of a comparison runs one code.
     launcher="slurm": the points not done and not queued or running go to Slurm as jobs (SlurmSweep; `cluster`:
     CLUSTER_KEYS), and their rows are merged as they come."""
     if launcher not in LAUNCHERS:
@@ -788,7 +801,7 @@ SWEEP_KEYS = dict(
     wait=False,  # slurm: wait for the jobs, merging their rows as they end (else: submit; the same command merges)
     deadline_s=0.0,  # start only runs expected to end within this many seconds; then stop (they resume next time)
     devices="",  # the slots' CUDA_VISIBLE_DEVICES, comma-separated, instead of the spec's (0 with --parallel=4: 4 on GPU 0)
-    at_rule_commit=False,  # run train.py from a snapshot of the commit that last changed the spec (its rule)
+    at_rule_commit=False,  # run train.py from a worktree of the commit that last changed the spec (its rule)
 )
 CLUSTER_KEYS = dict(  # --launcher=slurm's
     partition="",  # slurm: the partition of the jobs (required; `sinfo -s` lists them)

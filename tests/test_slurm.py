@@ -125,6 +125,7 @@ def test_the_jobs_run_a_snapshot_of_head_and_a_changed_tree_is_refused(tmp_path)
         sweep.check_committed(str(repo), ["config/a.py"])
     code = sweep.snapshot(str(repo), str(tmp_path / "code"))
     assert open(os.path.join(code, "train.py")).read() == "committed\n"  # HEAD's, not the working tree's
+    assert sweep.git_revision(code) == sweep.git(str(repo), "rev-parse", "HEAD").strip()  # provenance run from it
     assert not os.path.exists(os.path.join(code, "config", "b.py"))
     assert os.path.realpath(os.path.join(code, "data")) == os.path.realpath(repo / "data")
     sweep.git(str(repo), "checkout", "train.py")

@@ -384,7 +384,7 @@ def test_several_runs_share_one_gpu_through_the_slots_devices(tmp_path, monkeypa
     assert len(calls) == 3 and {c["cuda"] for c in calls} == {"0"}
 
 
-def test_campaign_runs_use_a_snapshot_of_their_rules_commit(tmp_path):
+def test_campaign_runs_use_a_worktree_of_their_rules_commit(tmp_path):
     """--at_rule_commit: train.py runs from the commit that last changed the spec (so every arm of a comparison runs
     one code while main moves on); a spec changed since its commit is refused."""
     repo = tmp_path / "repo"
@@ -402,6 +402,7 @@ def test_campaign_runs_use_a_snapshot_of_their_rules_commit(tmp_path):
     assert revision == rule and open(os.path.join(code, "train.py")).read() == "at the rule\n"
     assert sweep.git_revision(code) == rule  # provenance written by code run there names the rule's commit
     assert os.path.realpath(os.path.join(code, "out")) == os.path.realpath(repo / "out")  # runs write to the checkout
+    assert sweep.rule_snapshot(dict(spec_file=str(spec)), str(repo))[0] == code  # made once, then reused
     spec.write_text("rule = 2\n")
     with pytest.raises(ConfigError, match="changed since its commit: commit the spec"):
         sweep.rule_snapshot(dict(spec_file=str(spec)), str(repo))
