@@ -164,12 +164,21 @@ def git(root, *args):
     return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=True).stdout
 
 
+def snapshot_revision(repo):
+    """The commit of a tree without git whose top holds SNAPSHOT_REVISION (an archive snapshot, or the copy a lent
+    GPU machine gets), else None; a checkout (a .git at its top) always asks git."""
+    path = os.path.join(repo, SNAPSHOT_REVISION)
+    if os.path.exists(os.path.join(repo, ".git")) or not os.path.isfile(path):
+        return None
+    with open(path) as f:
+        return f.read().strip()
+
+
 def git_revision(repo):
     """HEAD's full hash, '+dirty' when tracked files differ from it; in a snapshot (which lies inside the checkout's
     ignored out/, so git would name the checkout's HEAD), the commit it was made from."""
-    if os.path.isfile(os.path.join(repo, SNAPSHOT_REVISION)):
-        with open(os.path.join(repo, SNAPSHOT_REVISION)) as f:
-            return f.read().strip()
+    if snapshot_revision(repo):
+        return snapshot_revision(repo)
     try:
         dirty = git(repo, "status", "--porcelain", "--untracked-files=no").strip()
         return git(repo, "rev-parse", "HEAD").strip() + ("+dirty" if dirty else "")
@@ -436,9 +445,9 @@ def run_sweep(spec, dry_run=False, only="", retry_failed=False, limit=0, paralle
     todo = todo[:limit or None]
     if dry_run or not todo and not (slurm is not None and wait):
         return planned
-    code, revision = (rule_snapshot(spec, root) if at_rule_commit and todo else (root, None))
-    if todo and spec.get("record"):
-        check_rule(spec, planned, root, code_from_snapshot=code != root)
+    code, revision = (rule_snapshot(spec, root) if at_rule_commit and todo else (root, snapshot_revision(root)))
+    if todo and spec.get("record"):  # a snapshot's code is its commit's: no working tree to be dirty
+        check_rule(spec, planned, root, code_from_snapshot=code != root or revision is not None)
     try:
         os.makedirs(sweep_dir(spec), exist_ok=True)
     except OSError as e:
@@ -598,7 +607,7 @@ def check_committed(root, files):
                           "the jobs run a snapshot of HEAD: commit (or stash) first")
 
 
-SNAPSHOT_REVISION = ".snapshot_revision"  # a snapshot's commit, in a file at its top
+SNAPSHOT_REVISION = ".snapshot_revision"  # a snapshot's commit, in a file at its top (ignored by git)
 
 
 def snapshot(root, dest, revision="HEAD"):

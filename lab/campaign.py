@@ -3,6 +3,8 @@ The campaign that decides the records' inconclusive findings (issue 46; records/
 
     python -m lab.campaign plan        # records/plan.md and records/plan.json from records/campaign/findings.json
     python -m lab.campaign tally       # the verdict words of the five records' summary tables, counted
+    python -m lab.campaign seeds SPEC  # a design's seeds not yet done (.ci/gpu-campaign trains them one by one)
+    python -m lab.campaign analyses SPEC SEED --out=DIR   # the spec's analyses of one seed's checkpoints
 
 The list (records/campaign/findings.json) names each inconclusive finding, the JSON whose per-seed numbers its
 verdict reads, its Holm family and looks, the reference quantity whose seed spread sets its smallest effect of
@@ -295,31 +297,76 @@ def main_plan(argv):
           f"{sum(undecidable(p) for p in plans)} undecidable at this scale")
 
 
+# ---- a design's seeds and their analyses (.ci/gpu-campaign) ----
+
+def seeds_to_do(spec_path):
+    """The seeds of a spec (its SEEDS) some point of which has no ok row yet (in its record file or its sweep's
+    results.jsonl), in order."""
+    from sweep import grid_points, load_spec, read_results, record_files, sweep_dir
+    spec = load_spec(spec_path)
+    done = set()
+    for path in record_files(spec) + [os.path.join(sweep_dir(spec), "results.jsonl")]:
+        if os.path.exists(path):
+            done |= {r["point"] for r in read_results(path) if r.get("status") == "ok"}
+    names = {p.name for p in grid_points(spec)}
+    return [s for s in spec["SEEDS"] if any(n not in done for n in names if n.endswith(f"_s{s}"))]
+
+
+def main_seeds(argv):
+    print(" ".join(str(s) for s in seeds_to_do(argv[0])))
+
+
+def main_analyses(argv):
+    """Run a spec's analyses(seed, run_dir, out) commands for one seed whose points all finished; a failing command
+    ends with its exit status (the batch reports a failed stage)."""
+    import subprocess
+    from sweep import load_spec, sweep_dir
+    spec_path, seed = argv[0], int(argv[1])
+    out = next(a.split("=", 1)[1] for a in argv if a.startswith("--out="))
+    spec = load_spec(spec_path)
+    for cmd in spec["analyses"](seed, lambda point: os.path.join(sweep_dir(spec), point), out):
+        print(" ".join(cmd), flush=True)
+        rc = subprocess.run(cmd).returncode
+        if rc:
+            raise SystemExit(rc)
+
+
 VERDICT_WORDS = ("not reproduced", "reproduced", "absent at this scale", "undecidable at this scale", "inconclusive")
+VERDICT = re.compile(r"\b(" + "|".join(VERDICT_WORDS) + r")\b")  # leftmost first: "not reproduced" is not "reproduced"
+
+
+def tally(directory="records"):
+    """The verdicts of the records' summary tables (the first table of each directory/<paper><year>.md): every bold
+    phrase that holds a verdict word counts once, for the first word it holds ("**inconclusive at M=3**", "**every
+    design inconclusive**", "**not reproduced**" as not reproduced); bold without a verdict word (a number) does not."""
+    counts = dict.fromkeys(VERDICT_WORDS, 0)
+    for name in sorted(os.listdir(directory)):
+        if not re.fullmatch(r"[a-z]+\d{4}\.md", name):
+            continue
+        with open(os.path.join(directory, name)) as f:
+            table = re.search(r"(\n\|.*)+", f.read()).group(0)
+        for phrase in re.findall(r"\*\*([^*]+)\*\*", table):
+            word = VERDICT.search(phrase)
+            if word:
+                counts[word.group(1)] += 1
+    return counts
 
 
 def main_tally(argv):
-    """Count the bold verdict words of each record's summary table (rule: the first table of records/<paper>.md)."""
-    counts = dict.fromkeys(VERDICT_WORDS, 0)
-    for name in sorted(os.listdir("records")):
-        if not name.endswith(".md") or name in ("README.md", "plan.md"):
-            continue
-        with open(os.path.join("records", name)) as f:
-            table = re.search(r"(\n\|.*)+", f.read()).group(0)
-        for cell in re.findall(r"\*\*([^*]+)\*\*", table):
-            for word in VERDICT_WORDS:
-                if cell.strip().startswith(word):
-                    counts[word] += 1
-                    break
+    """python -m lab.campaign tally: the bold verdict phrases of the five records' summary tables, counted (tally)."""
+    if argv:
+        raise ConfigError(f"usage: python -m lab.campaign tally (got {argv})")
+    counts = tally()
     print(json.dumps(counts))
     return counts
 
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
-    commands = dict(plan=main_plan, tally=main_tally)
+    commands = dict(plan=main_plan, tally=main_tally, seeds=main_seeds, analyses=main_analyses)
     if not argv or argv[0] not in commands or "--help" in argv:
-        print(__doc__.strip().splitlines()[0] + "\n\nusage: python -m lab.campaign plan [FINDINGS.json] | tally")
+        print(__doc__.strip().splitlines()[0] + "\n\nusage: python -m lab.campaign plan [--out=DIR] | tally | seeds SPEC"
+              " | analyses SPEC SEED --out=DIR")
         if argv and argv[0] not in ("--help", "-h") and argv[0] not in commands:
             raise SystemExit(2)
         return

@@ -39,6 +39,7 @@ SLOWEST_FIRST = (
     "test_analyze.py::test_residual_subcommand",  # 7
     "test_docs.py::test_every_command_block_runs[COURSE_md-Lecture_9_",  # 6
     "test_train.py::test_resume_after_kill_reproduces_uninterrupted_losses",  # 6
+    "test_campaign.py::test_a_gpu_batch_trains_and_analyses_seed_after_seed_until_its_deadline",  # 20
     "test_sweep.py::test_a_sweep_stopped_by_its_deadline_and_continued_gives_the_rows_of_one_run_through",  # 13
     "test_sweep.py::test_a_terminated_sweep_stops_its_runs",  # 6
     "test_eval.py::test_requests_equal_lm_evaluation_harness_for_every_task_format",  # 5

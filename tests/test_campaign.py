@@ -78,3 +78,50 @@ def test_the_committed_plan_is_what_its_command_writes_from_the_committed_list(t
     for p in plan["plans"]:  # every design's seeds have 80% power at the upper sd bound, and one fewer has not
         for c in p["comparisons"].values():
             assert c["sd_upper80"] >= c["sd"] and c["delta"] == c["sd_ref"] / 2
+
+
+GPU_SPEC = '''
+import sys
+name = "gpu_batch_test"
+out_dir = {out_dir!r}
+archs = {{"base": []}}
+SEEDS = (1, 2)
+seeds = list(SEEDS)
+common = dict({data}, n_layer=1, n_embd=32, head_dim=16, block_size=32, batch_size=4, max_iters=10, warmup_iters=2,
+              eval_interval=10, eval_tokens=512, sample_tokens=0)
+flops_per_second = 1e15
+
+
+def analyses(seed, run_dir, out):
+    code = ("import os, sys, shutil; os.makedirs(sys.argv[2], exist_ok=True); "
+            "shutil.copy(os.path.join(sys.argv[1], 'result.json'), sys.argv[2]); sys.exit(int(sys.argv[3]))")
+    return [[sys.executable, "-c", code, run_dir(f"base_s{{seed}}"), f"{{out}}/s{{seed}}", {fail!r}.get(str(seed), "0")]]
+'''
+
+
+def test_a_gpu_batch_trains_and_analyses_seed_after_seed_until_its_deadline(tmp_path, data_dir):
+    """.ci/gpu-campaign, run on the CPU at tiny size: each seed's runs, then its analyses; a seed that does not fit
+    the time left waits for the next batch; the rows, the analyses (one tar.gz: few files come back from a lent
+    machine) and batch.json land in OUT; a failing analysis fails the batch."""
+    import subprocess
+    import tarfile
+    data = dict(a[2:].split("=", 1) for a in data_dir)
+    spec = tmp_path / "spec.py"
+    spec.write_text(GPU_SPEC.format(out_dir=str(tmp_path / "sweep"), data=data, fail={}))
+    # a seed takes far less than 35 s here, and train.py's start-up alone more than 5 s: seed 1 fits, seed 2 not
+    env = dict(os.environ, DEVICES="", BUDGET_S="40", SEED_S="35", OMP_NUM_THREADS="1")
+    run = subprocess.run(["bash", ".ci/gpu-campaign", str(tmp_path / "out"), str(spec)], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    batch = json.loads((tmp_path / "out" / "batch.json").read_text())
+    assert batch["seeds"] == [1]
+    rows = [json.loads(line) for line in (tmp_path / "out" / "results.jsonl").read_text().splitlines()]
+    assert sorted(r["seed"] for r in rows) == batch["seeds"] and all(r["device"] == "cpu" for r in rows)
+    with tarfile.open(tmp_path / "out" / "analyses.tar.gz") as tar:
+        assert {f"analyses/s{s}/result.json" for s in batch["seeds"]} <= set(tar.getnames())
+    assert "seed 2 and later wait for the next batch" in (tmp_path / "out" / "batch.log").read_text()
+
+    spec.write_text(GPU_SPEC.format(out_dir=str(tmp_path / "sweep2"), data=data, fail={"1": "3"}))
+    run = subprocess.run(["bash", ".ci/gpu-campaign", str(tmp_path / "out2"), str(spec)], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 3  # the analysis stage failed: the batch says so
