@@ -665,6 +665,14 @@ def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     elsewhere = {"sweep": "sweep", "fit": "fits", "figures": "fits", "power": "fits"}  # command -> its module
     commands = ("count",) + tuple(elsewhere)
+    if argv[:1] in (["--help"], ["-h"]):  # as every other script: the usage, exit 0
+        print(f"usage: python scaling.py {{{'|'.join(commands)}}} [...]  (python scaling.py COMMAND --help: its keys)\n"
+              f"  count    parameters and FLOPs of a config: python scaling.py count config/sparse_base.py\n"
+              f"  sweep    run a sweep spec's grid: python scaling.py sweep config/sweeps/isoflop_cpu.py --dry_run\n"
+              f"  fit      fit a law to a sweep's rows: python scaling.py fit records/lee2026/isoflop_cpu.jsonl ...\n"
+              f"  figures  redraw every record figure from the committed rows: python scaling.py figures records/\n"
+              f"  power    simulate a design's power before running it")
+        return None
     if not argv or argv[0] not in commands:
         from configurator import ConfigError
         raise ConfigError(f"usage: python scaling.py {{{'|'.join(commands)}}} [...]; "

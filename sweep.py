@@ -859,3 +859,8 @@ def main_sweep(argv):
     if out_dir:
         spec["out_dir"] = out_dir
     return run_sweep(spec, **cfg)
+
+
+if __name__ == "__main__":  # the same command as `python scaling.py sweep SPEC ...`, the name the records cite
+    from configurator import run
+    run(main_sweep, sys.argv[1:])

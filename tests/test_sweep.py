@@ -406,3 +406,16 @@ def test_campaign_runs_use_a_worktree_of_their_rules_commit(tmp_path):
     spec.write_text("rule = 2\n")
     with pytest.raises(ConfigError, match="changed since its commit: commit the spec"):
         sweep.rule_snapshot(dict(spec_file=str(spec)), str(repo))
+
+
+def test_sweep_and_scaling_on_the_command_line_say_what_they_take():
+    """`python sweep.py --bogus=1` and `python sweep.py config/sweeps/x.py` once printed nothing and exited 0, and
+    `python scaling.py --help` exited 2: now one line and exit 2 for bad input, help and exit 0 for --help."""
+    def cli(*args):
+        return subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    for args in (["sweep.py", "--bogus=1"], ["sweep.py", "config/sweeps/x.py"]):
+        r = cli(*args)
+        assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and not r.stdout, (args, r.stderr)
+    assert "no sweep spec at config/sweeps/x.py" in cli("sweep.py", "config/sweeps/x.py").stderr
+    r = cli("scaling.py", "--help")
+    assert r.returncode == 0 and "sweep" in r.stdout and "figures" in r.stdout
