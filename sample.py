@@ -9,7 +9,7 @@ from configurator import ConfigError, configure, run
 from data import get_tokenizer
 from checkpoint import load_model
 from distributed import use_device
-from exits import FILLS, decode_criteria
+from exits import FILLS as _FILLS, decode_criteria  # (underscored: a module constant, not a key)
 
 ckpt = "out/default"  # run directory (or path to a ckpt.pt) written by train.py
 prompt = "\n"  # text to continue; "FILE:path" reads it from a file
@@ -31,7 +31,7 @@ def main(argv=None):
     defaults = {k: v for k, v in globals().items() if not k.startswith("_")}
     cfg, _ = configure(defaults, None, argv, doc_source=__file__,
                        choices=dict(dtype=("float32", "bfloat16"), exit_criterion=("none",) + decode_criteria(),
-                                    exit_fill=FILLS))
+                                    exit_fill=_FILLS))
     for key, least in (("temperature", 0), ("top_k", 0), ("num_samples", 1), ("max_new_tokens", 1), ("seed", 0),
                        ("exit_tau", 0)):
         if cfg[key] < least:

@@ -146,3 +146,12 @@ def test_an_analysis_of_a_model_without_its_part_is_one_line(tmp_path, command, 
     ckpt = os.path.join(os.path.dirname(__file__), "fixtures", "checkpoints", "plain.pt")
     with pytest.raises(ConfigError, match=says):
         analyze.main([command, f"--ckpt={ckpt}", f"--out_dir={tmp_path}"])
+
+
+def test_sample_help_lists_keys_not_module_constants(capsys):
+    """sample.py --help listed --FILLS, the early-exit module's constant that exit_fill's choices come from."""
+    import sample
+    with pytest.raises(SystemExit) as e:
+        sample.main(["--help"])
+    out = capsys.readouterr().out
+    assert e.value.code in (0, None) and "--exit_fill" in out and "FILLS" not in out
