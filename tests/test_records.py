@@ -5,7 +5,7 @@
   comparison of arms by scaling.py fit: a second each) reruns to the same numbers.
 - Every figure JSON `scaling.py figures` writes names the rows it fitted, at their committed sha256.
 - Every decimal number in a record's prose is a value of a JSON (or JSON-lines rows) file in the record's own
-  directory (or of records/code_replay.json), at the precision printed (a fraction also in percent, on a line that
+  directory (or of records/code_replay.json or records/plan.json), at the precision printed (a fraction also in percent, on a line that
   has a %; 2.38M is 2.38e6, also in a range 2.38-2.41M), or is marked: a paper's number (a **Paper.** paragraph, a
   table's "paper" column, or `<!-- paper: N ... -->` on its line), a timing (a time unit follows it, or
   `<!-- timing: N ... -->`), a mathematical constant (`<!-- math: N ... -->`: a critical t, ln 256), a reference
@@ -439,10 +439,10 @@ def json_numbers(obj):
 @functools.lru_cache(maxsize=None)
 def directory_numbers(directory):
     """The numbers of a record directory's JSON and JSON-lines files (its subdirectories' too: per-seed fits), and
-    of records/code_replay.json (the retrainings every record's code-of-the-rows section cites), each as text at 0-6
-    decimals."""
+    of records/code_replay.json (the retrainings every record's code-of-the-rows section cites) and records/plan.json
+    (the campaign's plan, which every rule-11 re-judgement cites), each as text at 0-6 decimals."""
     shown = set()
-    shared = [os.path.join(ROOT, "records", "code_replay.json")]
+    shared = [os.path.join(ROOT, "records", name) for name in ("code_replay.json", "plan.json")]
     mine = glob.glob(os.path.join(directory, "**", "*.json*"), recursive=True)
     for path in [p for p in mine if p.endswith((".json", ".jsonl"))] + shared:
         with open(path) as f:
@@ -502,6 +502,13 @@ def test_the_number_check_catches_a_typed_number_and_honours_the_marks():
         unsourced("| A | 0.334 | <!-- derived: 0.334 = 1.234 - 1.000 -->\n", shown | {"1.000"})
     with pytest.raises(AssertionError, match="operand"):  # an operand typed from nowhere
         unsourced("| A | 0.234 | <!-- derived: 0.234 = 1.234 - 1.000 -->\n", shown)
+    # records/plan.json's numbers count for every record, as code_replay.json's do: lee-1-order's per-seed sd and
+    # core-hours per seed pass in Wang et al.'s record, whose own JSONs hold neither; a planted wrong one fails
+    plan = {p["id"]: p for p in json.loads(read(os.path.join(ROOT, "records", "plan.json")))["plans"]}["lee-1-order"]
+    sd, hours = plan["comparisons"]["base_minus_looped_moe_3e12"]["sd"], plan["core_hours_per_seed"]
+    wang = directory_numbers(os.path.join(ROOT, "records", "wang2026"))
+    text = f"sd {sd:.6f}, {hours:.6f} a seed; planted sd {sd + 2e-6:.6f}, {hours + 2e-6:.6f} a seed.\n"
+    assert unsourced(text, wang) == [(1, f"{sd + 2e-6:.6f}"), (1, f"{hours + 2e-6:.6f}")]
 
 
 @pytest.mark.parametrize("record", [os.path.basename(r) for r in RECORDS])
@@ -535,6 +542,26 @@ def test_the_readme_verdict_table_prints_only_its_records_numbers():
     for row, record in rows:
         shown = directory_numbers(os.path.join(ROOT, "records", record))
         assert unsourced("| finding | paper | verdict | record |\n" + row + "\n", shown) == [], row[:80]
+
+
+def test_the_standard_states_the_tally_its_command_counts(tmp_path):
+    """records/README.md states the verdicts of the five summary tables as `python -m lab.campaign tally` counts
+    them: every bold phrase of a record's first table that holds a verdict word, once, for the first it holds. A
+    planted table: a phrase that only holds the word ("every design inconclusive") counts, "not reproduced" is not
+    "reproduced", bold numbers and later tables do not count, nor do files that are not records."""
+    from lab.campaign import VERDICT_WORDS, tally
+    (tmp_path / "x2026.md").write_text(
+        "# X\n\n| finding | verdict |\n|---|---|\n| 1 | **every design inconclusive**, **not reproduced at M ≤ 2** |\n"
+        "| 2 | **φ = 0.43 [0.10, 0.61]**, **undecidable at this scale** (p = 0.84), **reproduced** |\n\n"
+        "| later | table |\n|---|---|\n| **inconclusive** | **absent at this scale** |\n")
+    (tmp_path / "README.md").write_text("| rule |\n|---|\n| **reproduced** |\n")
+    assert tally(str(tmp_path)) == {"not reproduced": 1, "reproduced": 1, "absent at this scale": 0,
+                                    "undecidable at this scale": 1, "inconclusive": 1}
+    words = "|".join(VERDICT_WORDS)
+    line = re.search(r"^Tally \(.*?(?=\n\n)", read(os.path.join(ROOT, "records", "README.md")), re.M | re.S)
+    assert line, "records/README.md states no tally"
+    stated = {w: int(n) for n, w in re.findall(rf"(\d+) ({words})", line.group(0).replace("\n", " "))}
+    assert stated == tally(os.path.join(ROOT, "records")), "records/README.md's tally is not what the tables hold"
 
 
 def test_the_typed_per_seed_delta_phi_are_the_committed_per_seed_fits():
