@@ -212,8 +212,9 @@ def train_log_outputs():
         log = [json.loads(line) for line in open(os.path.join(out_dir, "log.jsonl"))]
         result = json.load(open(os.path.join(out_dir, "result.json")))
     timing = ("tokens_per_s", "mfu", "wall_s")
+    where = ("device", "dtype")  # where the run ran (result.json names it since 2026-11-28), not what it computed
     log = [{k: v for k, v in r.items() if k not in timing} for r in log]
-    result = {k: v for k, v in result.items() if k not in timing}
+    result = {k: v for k, v in result.items() if k not in timing + where}
     printed = printed.getvalue()
     sample = printed.split("sample:\n", 1)[1] if "sample:\n" in printed else ""
     return dict(log=log, result=result, sample=sample)
