@@ -108,23 +108,27 @@ def load_findings(path=FINDINGS):
 def per_seed_values(spec, transform=None):
     """The per-seed numbers of FILE:PATH items joined by commas (fits.py family's grammar; a comma followed by a space
     belongs to a key, as in a group "(2, 1)"), or of one item that names a list; transform puts a reference in the
-    unit of the comparison: ln (perplexity to nats), log2 (an LR to octaves), /K (a sum of K tasks to their mean)."""
+    unit of the comparison: ln (perplexity to nats), log2 (an LR to octaves), pct (percent of the seeds' mean),
+    /K (a sum of K tasks to their mean)."""
     values = [seed_number(item, []) for item in re.split(r",(?! )", spec)]
     values = values[0] if len(values) == 1 and isinstance(values[0], list) else values
     if transform == "ln":
         return [math.log(v) for v in values]
     if transform == "log2":
         return [math.log2(v) for v in values]
+    if transform == "pct":  # a perplexity as percent of the seeds' mean (the comparisons are percent gaps)
+        return [100 * v / float(np.mean(values)) for v in values]
     return [v / float(transform[1:]) for v in values] if transform else values
 
 
-def comparison_plan(per_seed, reference, holm_m, looks, claim):
+def comparison_plan(per_seed, reference, holm_m, looks, claim, margin=None):
     """One comparison's numbers and sample sizes (rule 12): n, mean, sd, its upper bound, delta, the target (show the
-    effect, or its absence), and the seeds needed in all when added to these (one more look) or as a fresh set."""
+    effect, or its absence), and the seeds needed in all when added to these (one more look) or as a fresh set. An
+    equivalence margin fixed before the runs (rule 3) stands in for delta."""
     d = np.asarray(per_seed, dtype=float)
     n, mean, sd = len(d), float(d.mean()), float(d.std(ddof=1))
     sd_ref = float(np.std(reference, ddof=1))
-    delta = sd_ref / 2
+    delta = sd_ref / 2 if margin is None else margin
     bound = sd_upper(sd, n)
     beyond = abs(mean) >= delta  # the effect observed is at least the smallest of interest
 
@@ -138,7 +142,7 @@ def comparison_plan(per_seed, reference, holm_m, looks, claim):
     added, fresh = needed(bound, looks + 1), needed(bound, 1)
     add_new = None if added is None else max(1, added - n)
     point_fresh = needed(sd, 1)
-    return dict(n=n, mean=mean, sd=sd, sd_upper80=bound, sd_ref=sd_ref, delta=delta,
+    return dict(n=n, mean=mean, sd=sd, sd_upper80=bound, sd_ref=sd_ref, delta=delta, margin_fixed_first=margin,
                 target=("show the effect" if beyond else "show it absent") if claim == "difference" else
                 ("show it differs" if beyond else "show the equivalence"), seeds_if_added=add_new, seeds_if_fresh=fresh,
                 seeds_fresh_at_point_sd=point_fresh)
@@ -187,7 +191,7 @@ def finding_plan(f):
         transform = f.get("reference_transform", {}).get(key)
         comps[key] = comparison_plan(numbers(f, base, key), per_seed_values(f["reference"][key], transform),
                                      f["holm_m"], f["looks"][key] if isinstance(f["looks"], dict) else f["looks"],
-                                     "equivalence" if sign == "zero" else f["claim"])
+                                     "equivalence" if sign == "zero" else f["claim"], f.get("margin", {}).get(key))
     add = [c["seeds_if_added"] for c in comps.values()]
     fresh = [c["seeds_if_fresh"] for c in comps.values()]
     point = [c["seeds_fresh_at_point_sd"] for c in comps.values()]
