@@ -5,6 +5,8 @@ generate_until with the KV cache and stop strings, all at the requested depth) a
 with the harness's task definitions (or --include_path for local task YAMLs). The scoring itself is eval.py's
 Scorer: this file only speaks lm_eval's interface.
 """
+import difflib
+import os
 import sys
 
 import early_exit
@@ -145,12 +147,27 @@ def task_manager(cfg):
     return TaskManager(include_path=cfg["include_path"] or None, include_defaults=cfg["harness_defaults"])
 
 
+def check_harness_tasks(wanted, tm):
+    """Each wanted task is one the harness knows (a task, group or tag of its index, or a YAML file): an unknown one
+    is one line naming the nearest known names (lm_eval's own error is a KeyError deep in simple_evaluate)."""
+    known = set(tm.all_tasks)
+    for name, _ in wanted:
+        if name not in known and not os.path.isfile(name):
+            close = difflib.get_close_matches(name, sorted(known), n=3)
+            hint = (f"; nearest known: {', '.join(close)}" if close else
+                    "; no task of the harness's index is close" if known else
+                    "; no task is indexed (--harness_defaults=False and no --include_path)")
+            raise ConfigError(f"config error: --tasks: {name!r} is not a task lm-evaluation-harness knows{hint} "
+                              "(lm-eval ls tasks lists them)")
+
+
 def main_harness(cfg):
     runs = early_exit.load_runs(cfg)
     depths = {name: depth_settings(model, cfg) for name, _, model, _ in runs}  # every model's checked before any runs
     prefix = early_exit.output_prefix(cfg, runs, "eval_harness")
     wanted = harness_tasks(cfg["tasks"])
     tm = task_manager(cfg)
+    check_harness_tasks(wanted, tm)
     results = {}
     for name, path, model, state in runs:
         tok = run_tokenizer(model, state)

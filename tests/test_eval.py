@@ -479,6 +479,21 @@ def test_harness_adapter_gives_eval_py_scores_through_simple_evaluate(tmp_path):
         sum(g.strip() == r["choices"][r["gold"]] for g, r in zip(generated, MC_ROWS)) / len(MC_ROWS))
 
 
+def test_harness_unknown_task_is_one_line_naming_the_nearest(tmp_path):
+    """A misspelt harness task was lm_eval's KeyError traceback from simple_evaluate: now one line naming the nearest
+    known names, before any model runs (only the local YAMLs are indexed here: the harness's own take seconds)."""
+    model = tiny_looped()
+    torch.save(dict(model=model.state_dict(), model_config=model.config.to_dict(),
+                    train_config=dict(tokenizer="byte")), tmp_path / "ckpt.pt")
+    (tmp_path / "yamls").mkdir()
+    (tmp_path / "yamls" / "fx_mc.yaml").write_text(ADAPTER_YAMLS["fx_mc.yaml"].format(dir=tmp_path))
+    base = [f"--ckpt={tmp_path}", "--harness", "--harness_defaults=False", "--progress=False"]
+    with pytest.raises(ConfigError, match=r"'fx_mcc' is not a task lm-evaluation-harness knows; nearest known: fx_mc"):
+        ev.main(base + ["--tasks=fx_mcc", f"--include_path={tmp_path / 'yamls'}"])
+    with pytest.raises(ConfigError, match="no task is indexed"):
+        ev.main(base + ["--tasks=hellaswagg"])
+
+
 # -----------------------------------------------------------------------------------------------------------------
 # the command line
 
