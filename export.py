@@ -81,7 +81,7 @@ def export(run_dir, out):
     tokenizer = run_tokenizer(model.config, train_config)
     tmp = out.rstrip("/") + ".tmp"
     shutil.rmtree(tmp, ignore_errors=True)
-    os.makedirs(tmp)
+    make_folder(tmp, out)
     save_weights(model, os.path.join(tmp, WEIGHTS))
     write_json(os.path.join(tmp, CONFIG), hf_config(model.config, tokenizer, train_config.get("cpu_kernels", True)))
     write_tokenizer(tmp, tokenizer, model.config.block_size)
@@ -93,6 +93,15 @@ def export(run_dir, out):
     if os.path.isdir(out):
         os.rmdir(out)  # (empty: main checked)
     os.replace(tmp, out)
+
+
+def make_folder(path, out):
+    """os.makedirs(path); a place where no folder can be made (under a regular file, unwritable) is one line."""
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"config error: --out={out}: cannot create a folder there ({e.strerror}): choose a folder "
+                          "in a writable directory") from None
 
 
 def run_tokenizer(cfg, train_config):
@@ -112,6 +121,9 @@ def save_weights(model, path):
     tied = model.config.tie_embeddings
     state = {PREFIX + k: v.contiguous() for k, v in model.state_dict().items() if not (tied and k == "lm_head.weight")}
     save_file(state, path, metadata={"format": "pt"})
+    umask = os.umask(0)  # safetensors writes a temporary file (mode 0600) and renames it: give it the mode of the
+    os.umask(umask)      # folder's other files (0666 less the umask)
+    os.chmod(path, 0o666 & ~umask)
 
 
 def hf_config(cfg, tokenizer, cpu_kernels):
@@ -245,7 +257,7 @@ def import_folder(folder, out):
 
 def write_run(out, model, train_config, source):
     """ckpt.pt and config.json as train.py writes them (the run's provenance: the folder it was imported from)."""
-    os.makedirs(out, exist_ok=True)
+    make_folder(out, out)
     cfg = model.config.to_dict()
     torch.save(dict(model=model.state_dict(), model_config=cfg, train_config=train_config),
                os.path.join(out, "ckpt.pt"))

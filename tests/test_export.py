@@ -349,6 +349,24 @@ def test_bad_input_is_one_line(tmp_path):
     assert not os.path.exists(tmp_path / "x")
 
 
+def test_an_out_where_no_folder_can_be_made_is_one_line_and_every_exported_file_has_one_mode(tmp_path):
+    """--out under a regular file or in an unwritable place was os.makedirs's traceback; model.safetensors was 0600
+    (safetensors writes a temporary file and renames it) while the other files are 0666 less the umask."""
+    run = write_run(tmp_path / "run", tiny_model({}, "byte"), "byte")
+    export.main([f"--run={run}", f"--out={tmp_path / 'hf'}"])
+    umask = os.umask(0)
+    os.umask(umask)
+    modes = {name: os.stat(tmp_path / "hf" / name).st_mode & 0o777 for name in os.listdir(tmp_path / "hf")}
+    assert modes == dict.fromkeys(modes, 0o666 & ~umask), modes
+    (tmp_path / "afile").write_text("x")
+    outs = [tmp_path / "afile" / "out"] + (["/proc/hfx"] if os.path.isdir("/proc/self") else [])
+    for out in outs:
+        for argv in ([f"--run={run}", f"--out={out}"], [f"--import={tmp_path / 'hf'}", f"--out={out}"]):
+            with pytest.raises(ConfigError, match="cannot create a folder there") as e:
+                export.main(argv)
+            assert "\n" not in str(e.value), str(e.value)
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # lm-evaluation-harness's hf model on an export = eval.py --harness on the run
 
