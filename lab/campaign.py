@@ -4,7 +4,7 @@ The campaign that decides the records' inconclusive findings (issue 46; records/
     python -m lab.campaign plan        # records/plan.md and records/plan.json from records/campaign/findings.json
     python -m lab.campaign tally       # the verdict words of the five records' summary tables, counted
     python -m lab.campaign seeds SPEC  # a design's seeds not yet done (.ci/gpu-campaign trains them one by one)
-    python -m lab.campaign analyses SPEC SEED --out=DIR   # the spec's analyses of one seed's checkpoints
+    python -m lab.campaign analyses SPEC SEED --out=DIR [--at_rule_commit]   # one seed's analyses
 
 The list (records/campaign/findings.json) names each inconclusive finding, the JSON whose per-seed numbers its
 verdict reads, its Holm family and looks, the reference quantity whose seed spread sets its smallest effect of
@@ -321,16 +321,17 @@ def main_seeds(argv):
 
 
 def main_analyses(argv):
-    """Run a spec's analyses(seed, run_dir, out) commands for one seed whose points all finished; a failing command
-    ends with its exit status (the batch reports a failed stage)."""
+    """Run a spec's analyses(seed, run_dir, out) commands for one seed whose points all finished (--at_rule_commit:
+    in the worktree of the spec's commit, as its runs); a failing command ends with its exit status."""
     import subprocess
-    from sweep import load_spec, sweep_dir
+    from sweep import REPO, load_spec, rule_snapshot, sweep_dir
     spec_path, seed = argv[0], int(argv[1])
-    out = next(a.split("=", 1)[1] for a in argv if a.startswith("--out="))
+    out = os.path.abspath(next(a.split("=", 1)[1] for a in argv if a.startswith("--out=")))
     spec = load_spec(spec_path)
+    code = rule_snapshot(spec, REPO)[0] if "--at_rule_commit" in argv else None  # the code of the runs' commit
     for cmd in spec["analyses"](seed, lambda point: os.path.join(sweep_dir(spec), point), out):
         print(" ".join(cmd), flush=True)
-        rc = subprocess.run(cmd).returncode
+        rc = subprocess.run(cmd, cwd=code).returncode
         if rc:
             raise SystemExit(rc)
 
