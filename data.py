@@ -11,7 +11,7 @@ above, with the end-of-text token between documents) and meta.json, written last
 complete. meta.json records the token counts (every reader checks the files' sizes against them and a sample of
 their ids against the vocabulary) and the sha256 of both files, which readers verify when the files are small
 (CHECKSUM_MAX_BYTES together: a fraction of a second) and always with train.py --verify_data=True; a directory
-prepared before checksums were recorded is read as before, with a note that there is none to verify.
+prepared before checksums were recorded is refused (prepare it again: nothing is deleted for you).
 Sources: "offline" (= "kjv" + "shakespeare", public-domain English shipped by registry packages),
 "files:<glob>" (each text file a document; parquet files, told by content, are streamed, one document per row of
 the text_column, "text" by default),
@@ -569,6 +569,13 @@ def read_meta(data_dir):
     if dtype.kind != "u" or meta["vocab_size"] - 1 > np.iinfo(dtype).max:
         raise DataError(f"{path}: dtype {dtype.name} cannot hold the {meta['vocab_size']:,} token ids of "
                         f"{meta['tokenizer']} (it needs {np.dtype(token_dtype(meta['vocab_size'])).name}): {redo}")
+    eot = meta["eot"]
+    if not isinstance(eot, int) or not 0 <= eot < meta["vocab_size"]:
+        raise DataError(f"{path}: eot {eot!r} is not a token id of the vocabulary of {meta['vocab_size']:,} "
+                        f"(0 to {meta['vocab_size'] - 1:,}): {redo}")
+    if "sha256" not in meta:  # without it a changed byte in the token files would train unnoticed
+        raise DataError(f"{path} records no sha256 of its token files (an older version prepared it): {redo}; "
+                        "train.py or python data.py then writes the token files and their sha256")
     return meta
 
 
@@ -577,6 +584,9 @@ def check_token_file(path, dtype, n_tokens, vocab_size, sample=1 << 16):
     only ids below the vocabulary: a cut, grown or foreign file stops the run before it trains on it."""
     if not os.path.exists(path):
         raise DataError(f"{path} is missing: prepare the data again (remove {os.path.dirname(path)})")
+    if os.path.isdir(path):
+        raise DataError(f"{path} is a directory, not a token file: prepare the data again "
+                        f"(remove {os.path.dirname(path)})")
     size, want = os.path.getsize(path), n_tokens * dtype.itemsize
     if size != want:
         raise DataError(f"{path} holds {size:,} bytes, but meta.json says {n_tokens:,} {dtype.name} tokens "
@@ -605,24 +615,15 @@ def token_checksums(data_dir):
     return {f"{s}.bin": file_sha256(os.path.join(data_dir, f"{s}.bin")) for s in ("train", "val")}
 
 
-_said_unchecked = set()  # directories already said to have no checksum (once per process)
-
-
-def verify_checksums(data_dir, meta, verify=None, say=print):
+def verify_checksums(data_dir, meta, verify=None):
     """The token files against the sha256 meta.json records: when verify, or (verify None) when they are small
-    (CHECKSUM_MAX_BYTES); a directory without checksums (an older version prepared it) is said once and passes."""
+    (CHECKSUM_MAX_BYTES)."""
     paths = {name: os.path.join(data_dir, name) for name in ("train.bin", "val.bin")}
     if verify is None:
         verify = sum(os.path.getsize(p) for p in paths.values()) <= CHECKSUM_MAX_BYTES
     if not verify:
         return
-    recorded = meta.get("sha256")
-    if recorded is None:
-        if os.path.realpath(data_dir) not in _said_unchecked:
-            _said_unchecked.add(os.path.realpath(data_dir))
-            say(f"note: {data_dir} records no checksum of its token files (prepared by an older version): only their "
-                "sizes and a sample of their ids are checked; prepare it again (remove it) to have one")
-        return
+    recorded = meta.get("sha256")  # (read_meta refuses a meta.json without it)
     redo = f"prepare the data again (remove {data_dir})"
     for name, path in paths.items():
         want = recorded.get(name) if isinstance(recorded, dict) else None
@@ -639,7 +640,7 @@ class TokenData:
     so that its batches do not depend on how far the directory has been prepared). The files are checked against
     meta.json: sizes and a sample of ids always, the sha256 when small or verify_data (verify_checksums)."""
 
-    def __init__(self, data_dir, train_tokens=None, verify_data=None, say=print):
+    def __init__(self, data_dir, train_tokens=None, verify_data=None):
         self.meta = read_meta(data_dir)
         self.vocab_size, self.eot = self.meta["vocab_size"], self.meta["eot"]
         dtype = np.dtype(self.meta["dtype"])
@@ -647,7 +648,7 @@ class TokenData:
         for s in ("train", "val"):
             path = os.path.join(data_dir, f"{s}.bin")  # np.memmap cannot map an empty file
             check_token_file(path, dtype, self.meta[f"{s}_tokens"], self.vocab_size)
-        verify_checksums(data_dir, self.meta, verify_data, say)
+        verify_checksums(data_dir, self.meta, verify_data)
         for s in ("train", "val"):
             path = os.path.join(data_dir, f"{s}.bin")
             self.splits[s] = np.memmap(path, dtype=dtype, mode="r") if os.path.getsize(path) else np.zeros(0, dtype)
@@ -711,9 +712,11 @@ def load_for_run(cfg, env, T, run_tokens):
         try:
             ensure_data(data_dir, cfg["data_source"], cfg["tokenizer"], text_column=cfg["text_column"],
                         hf=hf_of(cfg), **need)
-        except (FileNotFoundError, RuntimeError, ValueError) as e:  # their messages say what to do
+        except (RuntimeError, ValueError) as e:  # their messages say what to do
             raise ConfigError(f"data: {e}") from None
-        except OSError as e:  # data_dir under a file, on a read-only disk, ...
+        except OSError as e:  # data_dir under a file, on a read-only disk, missing under /proc, ...
+            if e.errno is None:  # data.py's own FileNotFoundError (no files match, ...): its message says what to do
+                raise ConfigError(f"data: {e}") from None
             raise ConfigError(f"data: cannot prepare data in {data_dir!r} ({e.strerror}): choose another "
                               "--data_dir") from None
     if env.master:
@@ -724,8 +727,7 @@ def load_for_run(cfg, env, T, run_tokens):
         if env.local_rank == 0 and not env.master:  # another node: finds rank 0's files on a shared filesystem, or
             prepare()  # prepares the same ones on its own disk (the module docstring)
         dist.barrier()
-    data = TokenData(data_dir, train_tokens=run_tokens if stream else None, verify_data=cfg["verify_data"] or None,
-                     say=env.say)
+    data = TokenData(data_dir, train_tokens=run_tokens if stream else None, verify_data=cfg["verify_data"] or None)
     for split in ("train", "val"):
         if len(data.splits[split]) <= T:
             raise ConfigError(f"data: {data_dir} holds {len(data.splits[split]):,} {split} tokens, fewer than one "

@@ -367,7 +367,7 @@ def make_data_dir(path, train, val, vocab_size=50257):
     np.asarray(train, np.uint16).tofile(os.path.join(path, "train.bin"))
     np.asarray(val, np.uint16).tofile(os.path.join(path, "val.bin"))
     meta = dict(tokenizer="gpt2", vocab_size=vocab_size, eot=vocab_size - 1, dtype="uint16", train_tokens=len(train),
-                val_tokens=len(val))
+                val_tokens=len(val), sha256=data.token_checksums(str(path)))
     json.dump(meta, open(os.path.join(path, "meta.json"), "w"))
     return data.TokenData(str(path))
 
@@ -387,6 +387,13 @@ def damage(path, what):
         json.dump(dict(meta, dtype="token"), open(meta_path, "w"))
     elif what == "no_eot":
         json.dump({k: v for k, v in meta.items() if k != "eot"}, open(meta_path, "w"))
+    elif what == "no_sha256":
+        json.dump({k: v for k, v in meta.items() if k != "sha256"}, open(meta_path, "w"))
+    elif what == "eot_outside":
+        json.dump(dict(meta, eot=meta["vocab_size"]), open(meta_path, "w"))
+    elif what == "a_directory":
+        os.remove(train)
+        os.mkdir(train)
     elif what == "not_json":
         open(meta_path, "w").write("{bad")
     elif what == "missing":
@@ -400,6 +407,9 @@ def damage(path, what):
 @pytest.mark.parametrize("what,says", [("cut", "holds 2,000 bytes, but meta.json says 20,000"),
                                        ("grown", "holds 40,002 bytes"), ("uint8", "dtype uint8 cannot hold"),
                                        ("not_a_dtype", "is not a numpy dtype"), ("no_eot", "lacks eot"),
+                                       ("no_sha256", "records no sha256 of its token files"),
+                                       ("eot_outside", "eot 50257 is not a token id of the vocabulary of 50,257"),
+                                       ("a_directory", "train.bin is a directory, not a token file"),
                                        ("not_json", "is not readable JSON"), ("missing", "train.bin is missing"),
                                        ("id_at_start", "holds token id 50,264"),
                                        ("id_in_the_middle", "token id 50,264")])
@@ -462,14 +472,29 @@ def test_a_large_file_is_checked_by_its_sha256_only_under_verify_data(tmp_path, 
         train.main(TINY_RUN + keys + ["--verify_data=True", f"--out_dir={tmp_path / 'run'}"])
 
 
-def test_an_old_directory_without_checksums_still_trains_and_says_so_once(tmp_path, capsys):
+def test_a_directory_without_checksums_is_refused_and_kept(tmp_path, capsys):
+    """It trained after a note, so a flipped byte in its train.bin went unnoticed: now refused in one line that says
+    how to prepare it again, and nothing is deleted."""
     out, meta, keys = prepared_files(tmp_path)
     json.dump({k: v for k, v in meta.items() if k != "sha256"}, open(os.path.join(out, "meta.json"), "w"))
-    train.main(TINY_RUN + keys + [f"--out_dir={tmp_path / 'run'}"])
-    data.TokenData(out)
-    printed = capsys.readouterr().out
-    assert printed.count("records no checksum of its token files") == 1
-    assert json.load(open(tmp_path / "run" / "result.json"))["steps"] == 2
+    change_one_token(os.path.join(out, "train.bin"))
+    before = sorted(os.listdir(out))
+    with pytest.raises(ConfigError, match=r"^data: .*meta\.json records no sha256 of its token files.*prepare the "
+                                          r"data again \(remove .*tokens\)") as e:
+        train.main(TINY_RUN + keys + [f"--out_dir={tmp_path / 'run'}"])
+    assert "\n" not in str(e.value)
+    assert sorted(os.listdir(out)) == before
+    assert not os.path.exists(tmp_path / "run" / "result.json")
+
+
+def test_a_data_dir_where_nothing_can_be_prepared_is_one_line(tmp_path):
+    """--data_dir=/proc/dd was the system's bare "[Errno 2] No such file or directory: '/proc/dd'"."""
+    (tmp_path / "afile").write_text("x")
+    places = [str(tmp_path / "afile" / "dd")] + (["/proc/dd"] if os.path.isdir("/proc/self") else [])
+    for place in places:
+        with pytest.raises(ConfigError, match=r"^data: cannot prepare data in '" + re.escape(place) + r"' \(.*\): "
+                                              "choose another --data_dir$"):
+            train.main(TINY_RUN + ["--tokenizer=byte", f"--data_dir={place}", f"--out_dir={tmp_path / 'run'}"])
 
 
 @pytest.fixture

@@ -151,7 +151,7 @@ def places(tmp_path_factory):
         np.asarray(np.arange(n_val) % min(vocab, 257), np.uint16).tofile(folder / "val.bin")
         (folder / "meta.json").write_text(json.dumps(dict(source="offline", tokenizer=tokenizer, vocab_size=vocab,
                                                           eot=vocab - 1, dtype="uint16", train_tokens=n_train,
-                                                          val_tokens=n_val)))
+                                                          val_tokens=n_val, sha256=data.token_checksums(str(folder)))))
         return str(folder)
     (d / "notes.txt").write_text("not a checkpoint, a config file or a results file\n")
     (d / "long.txt").write_text("And the " * 20)
