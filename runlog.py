@@ -68,6 +68,10 @@ class RunLog:
         env.say(f"training: {max_steps} steps x {tokens_per_step:,} tokens on {env.world_size} x {env.device} in "
                 f"{str(env.dtype).replace('torch.', '')}{', compiled' if cfg['compile'] else ''}; peak for MFU "
                 f"{f'{self.peak:.3g} FLOP/s' if self.peak else 'unknown (no MFU)'}")
+        if 0 < max_steps <= cfg["warmup_iters"]:  # said, not changed: the schedule is the one asked for
+            env.say(f"warning: the run's {max_steps} steps end within its warm-up (warmup_iters={cfg['warmup_iters']}):"
+                    f" the LR only rises, to {max_steps / cfg['warmup_iters']:.0%} of --lr, and never decays; lower "
+                    "--warmup_iters or train longer")
         if env.device_type == "cuda" and model.config.padded_vocab % 64 and model.config.padded_vocab > 4096:
             env.say(f"note: the head has {model.config.padded_vocab} rows, not a multiple of 64, for which GPUs have "
                     "no fast matmul kernel: --vocab_pad_multiple=64 runs it several times faster")
@@ -131,7 +135,7 @@ class RunLog:
             json.dump(result, f, indent=1, allow_nan=False)
         self.env.say(f"done in {format_time(wall)}: val loss {val_loss:.4f} nats (unigram entropy {entropy:.4f}); run "
                      f"directory {self.cfg['out_dir']}")
-        if val_loss >= entropy and max_steps > self.cfg["warmup_iters"]:
+        if val_loss >= entropy:
             self.env.say("warning: the run ended at or above the unigram entropy: it learned nothing beyond token "
                          "frequencies (try another lr; see log.jsonl)")
 

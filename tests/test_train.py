@@ -322,6 +322,24 @@ def test_a_run_that_never_learns_is_warned_about(data_dir, tmp_path, monkeypatch
     assert json.load(open(os.path.join(out, "result.json")))["above_unigram_entropy"] is True
 
 
+def test_a_run_within_its_warm_up_is_warned_about_at_its_start_and_its_end(data_dir, tmp_path, monkeypatch, capsys):
+    """--max_iters below warmup_iters: the LR never peaks or decays (said, the schedule unchanged), and the end's
+    unigram-entropy warning is no longer skipped for it."""
+    monkeypatch.setattr(train, "evaluate", lambda *a, **k: 4.0)  # above the unigram entropy
+    out = str(tmp_path / "short")
+    train.main(TINY + data_dir + [f"--out_dir={out}", "--max_iters=4", "--eval_interval=4", "--warmup_iters=8"])
+    printed = capsys.readouterr().out
+    assert printed.count("warning: the run's 4 steps end within its warm-up (warmup_iters=8): the LR only rises, "
+                         "to 50% of --lr, and never decays") == 1
+    assert printed.index("within its warm-up") < printed.index("step 0")  # at the start
+    assert "warning: the run ended at or above the unigram entropy" in printed
+    lrs = [r["lr"] for r in read_log(out) if "lr" in r]  # the schedule as asked: warm-up only
+    assert lrs == pytest.approx([train.lr * (s + 1) / 8 for s in range(4)], rel=1e-6)
+    train.main(TINY + data_dir + [f"--out_dir={tmp_path / 'long'}", "--max_iters=4", "--eval_interval=4",
+                                  "--warmup_iters=2"])
+    assert "within its warm-up" not in capsys.readouterr().out
+
+
 def test_a_run_no_better_than_uniform_guessing_stops(data_dir, tmp_path, monkeypatch, capsys):
     """--lr=1e4 sits at ln V (or far above it) the whole run: three evals after warm-up stop it (exit code 1)."""
     monkeypatch.setattr(train, "evaluate", lambda *a, **k: math.log(257))
