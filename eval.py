@@ -144,7 +144,12 @@ def text_documents(source, tokenizer, run_state, max_tokens):
         if source == "fineweb-edu":
             texts = (row["text"] for row in open_stream("fineweb-edu"))
         else:
-            paths, kind = match_files("files:" + source)
+            try:
+                paths, kind = match_files("files:" + source)
+            except FileNotFoundError:  # data.py's message names train.py's key (data_source=files:<glob>)
+                raise ConfigError(f"eval.py: --text={source}: no files match it: give --text=val (the checkpoint's "
+                                  "held-out tokens), --text=fineweb-edu, or a glob of text or parquet files "
+                                  "(comma-separated)") from None
             texts = ((row["text"] for row in open_stream("files:" + source)) if kind == "parquet"
                      else map(read_text, paths))
     except (FileNotFoundError, RuntimeError, ValueError) as e:  # data.py's messages say what to do

@@ -531,6 +531,9 @@ def test_bad_input_is_one_line(tmp_path):
                        (["--tasks=perplexity"], "needs --text=val")):
         with pytest.raises(ConfigError, match=says):
             ev.main([f"--ckpt={tmp_path}", "--progress=False", *argv])
+    with pytest.raises(ConfigError, match=r"^eval\.py: --text=bogus: no files match it: give --text=val") as e:
+        ev.main([f"--ckpt={tmp_path}", "--progress=False", "--tasks=perplexity", "--text=bogus"])
+    assert "data_source" not in str(e.value)  # (train.py's key: it named data_source=files:<glob>)
     with pytest.raises(ConfigError, match="does not fit the model's context"):
         ev.Scorer(model, BYTE).score([[([1], list(range(40)))]])
 
