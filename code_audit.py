@@ -308,9 +308,13 @@ def dumps(result):
 
 def main(argv, root=None):
     args = dict(a.removeprefix("--").partition("=")[::2] for a in argv)
-    if set(args) - {"check", "out", "help"} or "help" in args:
+    if "help" in args:
         print(__doc__)
-        return 0 if "help" in args else 2
+        return 0
+    if set(args) - {"check", "out"}:
+        print(f"code_audit.py: {sorted(set(args) - {'check', 'out'})[0]!r} is not an option; it takes --check, "
+              "--out=FILE, --help", file=sys.stderr)
+        return 2
     out = args.get("out") or "records/code_mix.json"
     root = root or os.path.dirname(os.path.abspath(__file__))
     text = dumps(audit(root))

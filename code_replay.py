@@ -229,8 +229,13 @@ def trace(args, result, out, rows=TRACE, key="traces", control=True):
 
 def main(argv):
     args = dict(a.removeprefix("--").partition("=")[::2] for a in argv)
-    if set(args) - {"steps", "timeout", "only", "out", "trace", "rerun", "parallel"}:
+    known = {"steps", "timeout", "only", "out", "trace", "rerun", "parallel"}
+    if "help" in args:
         print(__doc__)
+        return 0
+    if set(args) - known:
+        print(f"code_replay.py: {sorted(set(args) - known)[0]!r} is not an option; it takes "
+              f"{', '.join('--' + k for k in sorted(known))}, --help", file=sys.stderr)
         return 2
     steps, timeout = int(args.get("steps", 20)), float(args.get("timeout", 90))
     out = os.path.join(ROOT, args.get("out") or "records/code_replay.json")

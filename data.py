@@ -797,10 +797,15 @@ if __name__ == "__main__":
     hf_dataset = FINEWEB_EDU["hf_dataset"]  # what fineweb-edu streams: a Hub dataset, or a local folder of its files
     hf_config = FINEWEB_EDU["hf_config"]  # its config (sample-10BT, sample-100BT, sample-350BT); "" = none
     hf_split = FINEWEB_EDU["hf_split"]  # its split
-    from configurator import configure
-    cfg, _ = configure(dict(source=source, tokenizer=tokenizer, out_dir=out_dir, max_tokens=max_tokens,
-                            val_fraction=val_fraction, seed=seed, text_column=text_column, hf_dataset=hf_dataset,
-                            hf_config=hf_config, hf_split=hf_split), doc_source=__file__)
+    import sys
+    from configurator import ConfigError, configure
+    try:
+        cfg, _ = configure(dict(source=source, tokenizer=tokenizer, out_dir=out_dir, max_tokens=max_tokens,
+                                val_fraction=val_fraction, seed=seed, text_column=text_column, hf_dataset=hf_dataset,
+                                hf_config=hf_config, hf_split=hf_split), doc_source=__file__)
+    except ConfigError as e:  # a bad key: its one line and exit code 2, as every script
+        print(e, file=sys.stderr)
+        raise SystemExit(2)
     if cfg["source"] == "fineweb-edu" and not cfg["max_tokens"]:
         cfg["max_tokens"] = 100_000_000
     cfg["out_dir"] = cfg["out_dir"] or default_data_dir(cfg["source"], cfg["tokenizer"], hf_of(cfg))

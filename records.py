@@ -184,7 +184,7 @@ def main(argv=None):
         return 0
     check = argv == ["--check"]
     if argv and not check:
-        print("usage: python records.py [--check]", file=sys.stderr)
+        print(f"usage: python records.py [--check] (not {' '.join(argv)!r})", file=sys.stderr)
         return 2
     os.chdir(os.path.dirname(os.path.abspath(__file__)))  # block headers name files from the project root
     stale = []

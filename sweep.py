@@ -837,12 +837,12 @@ def check_pattern(key, pattern):
 def main_sweep(argv):
     from configurator import configure
     specs = [a for a in argv if not a.startswith("-")]
-    if len(specs) != 1 and not {"--help", "-h"} & set(argv):  # --help alone lists the keys
-        raise ConfigError("usage: python scaling.py sweep config/sweeps/<spec>.py [--dry_run] [--key=value]: name "
-                          f"one spec, not {len(specs)}")
     cfg, _ = configure(SWEEP_KEYS, None, [a for a in argv if a not in specs], doc_source=__file__,
                        usage="python scaling.py sweep config/sweeps/<spec>.py [--key=value ...]",
-                       choices=dict(launcher=LAUNCHERS))
+                       choices=dict(launcher=LAUNCHERS))  # first: a bad key is named, --help lists the keys
+    if len(specs) != 1:
+        raise ConfigError("usage: python scaling.py sweep config/sweeps/<spec>.py [--dry_run] [--key=value]: name "
+                          f"one spec, not {len(specs)}")
     for key in ("limit", "parallel", "deadline_s"):
         if cfg[key] < 0:
             raise ConfigError(f"config error: --{key}={cfg[key]} must be >= 0")

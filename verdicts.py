@@ -321,6 +321,9 @@ def main_test(argv):
     [--measure=relative] [--saved=0.30] (Lee et al.'s early exits, exit_comparisons), representation R.json ...
     --model=A --reference=B (Jeddi et al.'s four metrics); table rows|exits|elastic ...: a record's table of per-seed
     numbers (main_table). --out=F.json: all but ttest|tost|holm write their result with its provenance."""
+    if argv[:1] in (["--help"], ["-h"]):
+        print(main_test.__doc__)
+        return None
     if not argv or argv[0] not in TEST_OPTIONS:
         raise ConfigError("usage: python fits.py ttest|tost|holm VALUE ... [--margin=M] [--looks=K] | "
                           "family NAME=D1,D2,... ... [--margin=M] [--looks=K] [--out=F.json] | "

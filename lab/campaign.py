@@ -369,12 +369,12 @@ def main_tally(argv):
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     commands = dict(plan=main_plan, tally=main_tally, seeds=main_seeds, analyses=main_analyses)
-    if not argv or argv[0] not in commands or "--help" in argv:
-        print(__doc__.strip().splitlines()[0] + "\n\nusage: python -m lab.campaign plan [--out=DIR] | tally | seeds SPEC"
-              " | analyses SPEC SEED --out=DIR")
-        if argv and argv[0] not in ("--help", "-h") and argv[0] not in commands:
-            raise SystemExit(2)
-        return
+    usage = "usage: python -m lab.campaign plan [--out=DIR] | tally | seeds SPEC | analyses SPEC SEED --out=DIR"
+    if not argv or argv[0] in ("--help", "-h"):
+        print(__doc__.strip() + "\n\n" + usage)
+        return None
+    if argv[0] not in commands:
+        raise ConfigError(f"{usage} ({argv[0]!r} is not a command)")
     return commands[argv[0]](argv[1:])
 
 
