@@ -13,10 +13,11 @@ config check, its parameters' optimizer role or LR multiplier, its runs and extr
 - CONDITIONING (`loop_cond`): per-pass conditioning of the shared blocks (TMLT, LoopFormer, IterAdaLN).
 - RESIDUAL_RULES (`residual_scaling`): the shared blocks' branch multiplier and its LR / eps rule (Wang et al. 2026).
 - ELASTIC (`elastic`) and TRAJECTORY_SAMPLERS (`trajectory_sampler`): elastic-depth training (Jeddi et al. 2026).
-The papers' plans, as config keys (DESIGN.md maps their symbols): the full loop (Lee et al., Jeddi et al., Wang et
-al.: n_prelude = n_coda = 0); prelude / recur / coda with injection, loop_norm, hyper-connections and truncated BPTT
-(bptt_loops; Schwethelm et al.); the sandwich loop (Chen et al.: prelude + shared block + coda, sandwich_norm,
-loop_cond="iteradaln"). Elastic depth: forward, generate and the walk take a schedule of step sizes.
+The papers' plans, as config keys (README.md's section "Looped models" lists the keys and each paper's preset): the
+full loop (Lee et al., Jeddi et al., Wang et al.: n_prelude = n_coda = 0); prelude / recur / coda with injection,
+loop_norm, hyper-connections and truncated BPTT (bptt_loops; Schwethelm et al.); the sandwich loop (Chen et al.:
+prelude + shared block + coda, sandwich_norm, loop_cond="iteradaln"). Elastic depth: forward, generate and the walk
+take a schedule of step sizes.
 
 This file imports no other file of the project: model.py builds on it.
 """

@@ -17,6 +17,7 @@ substitution rules that make each command run in seconds (COURSE.md states them 
   README's install and test commands are .ci/run's own lines.
 """
 import ast
+import ast
 import contextlib
 import glob
 import importlib
@@ -197,6 +198,14 @@ def test_every_command_block_runs(doc, section, data_dir, tmp_path, monkeypatch)
         run_command(args, data_dir)
         if not cut_of(args):
             check_uncut_outputs(args, str(tmp_path))
+
+
+def test_every_markdown_file_a_module_docstring_names_exists():
+    """loop.py's docstring pointed to a DESIGN.md the repository never held."""
+    for path in sorted(glob.glob(os.path.join(REPO, "*.py"))):
+        doc = ast.get_docstring(ast.parse(open(path, encoding="utf-8").read())) or ""
+        for name in re.findall(r"[\w./-]*\w\.md\b", doc):
+            assert os.path.exists(os.path.join(REPO, name)), f"{os.path.basename(path)}'s docstring names {name}"
 
 
 # ---------------------------------------------------------------------------------------------------------------
