@@ -136,8 +136,13 @@ class LoopedForCausalLM(PreTrainedModel, GenerationMixin):
         if not self.fast_paths_set:  # decided at the first call, when the device is known (as load_model does)
             on_cpu(self.gpt, input_ids.device, self.config.cpu_kernels)
             self.fast_paths_set = True
+        if input_ids.dim() != 2 or input_ids.size(1) == 0:
+            raise ValueError(f"input_ids of shape {tuple(input_ids.shape)}: give a batch of rows of at least one token "
+                             "each, (batch, tokens)")
         schedule = self.schedule(loops)
         tau = self.config.exit_tau if exit_tau is None else exit_tau
+        if not tau >= 0:
+            raise ValueError(f"exit_tau={tau} must be >= 0 (an entropy in nats; 0: no early exit)")
         if cache is None and use_cache:
             cache = LoopedCache(self.gpt.n_slots(schedule), input_ids.size(0), self.gpt.config.block_size)
         kv = self.cache_of(cache, schedule)

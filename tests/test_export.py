@@ -425,3 +425,17 @@ def test_lm_eval_hf_model_on_an_export_scores_as_eval_py_harness_on_the_run(in_t
                                                                                                         m)
     assert ours["loops=3"]["tasks"]["fx_rolling"]["bits_per_byte"] != ours["loops=2 (trained)"]["tasks"][
         "fx_rolling"]["bits_per_byte"]
+
+
+def test_the_transformers_wrapper_refuses_an_empty_input_and_a_negative_exit_tau():
+    """Through transformers, exit_tau=-1 was accepted (no token ever exits, silently) and an empty input ended in a
+    reshape RuntimeError (issue 47): each is now a ValueError that says what to give."""
+    from modeling_looped import LoopedConfig, LoopedForCausalLM
+    model = LoopedForCausalLM(LoopedConfig(gpt=dict(block_size=16, vocab_size=257, n_layer=1, n_embd=32,
+                                                    head_dim=16), vocab_size=257))
+    ids = torch.randint(0, 257, (1, 4))
+    assert model(ids).logits.shape == (1, 4, 257)
+    with pytest.raises(ValueError, match=r"input_ids of shape \(1, 0\): give a batch of rows of at least one token"):
+        model(ids[:, :0])
+    with pytest.raises(ValueError, match=r"exit_tau=-1 must be >= 0"):
+        model(ids, exit_tau=-1)
