@@ -8,6 +8,7 @@ Checkpoints and the rules that keep a run's work safe:
 - writing checkpoints atomically, and the collapse guard (Checkpoints): a collapsed or diverged model is never
   saved over the last good one, and a run that stays collapsed stops, saying what to do.
 """
+import contextlib
 import errno
 import fcntl
 import importlib.util
@@ -201,6 +202,22 @@ def open_run(cfg, model_cfg, master, say):
 
 
 _held_locks = {}  # run directory -> the open lock file this process holds (the OS releases it when we die)
+
+
+@contextlib.contextmanager
+def no_empty_run_dir_on_refusal(out):
+    """A run refused before it starts (a --resume without a checkpoint, data that fails its checks) leaves no run
+    directory behind that it made itself: a new, still empty one (its lock file aside) is removed."""
+    made = not os.path.exists(out)
+    try:
+        yield
+    except ConfigError:
+        if made and os.path.isdir(out) and set(os.listdir(out)) <= {".lock"}:
+            lock = _held_locks.pop(os.path.realpath(out), None)
+            if lock is not None:
+                lock.close()
+            shutil.rmtree(out, ignore_errors=True)
+        raise
 
 
 def lock_run_dir(out):

@@ -26,7 +26,8 @@ import torch.distributed as dist
 
 import kernels
 import scaling
-from checkpoint import Checkpoints, SignalStop, check_training, checkpoint_path, load_sharded, open_run
+from checkpoint import (Checkpoints, SignalStop, check_training, checkpoint_path, load_sharded,
+                        no_empty_run_dir_on_refusal, open_run)
 from configurator import configure, run
 from data import Prefetcher, load_for_run, to_device, training_vocab
 from distributed import checkpoint_blocks, compile_blocks, is_sharded, setup, shard_model, wrap_ddp
@@ -169,15 +170,16 @@ def main(argv=None):
     check_training(cfg)  # the training keys configure() cannot judge alone: checkpoint.py
     env = setup(cfg)  # processes (torchrun), device, precision, threads: distributed.py
     cfg["tokenizer"], model_cfg.vocab_size = training_vocab(cfg["tokenizer"], model_cfg.vocab_size, env.say)
-    ckpt, changes = open_run(cfg, model_cfg, env.master, env.say)  # refusals and resume checks: checkpoint.py
-    if ckpt is not None:
-        model_cfg = GPTConfig(**ckpt["model_config"])
+    with no_empty_run_dir_on_refusal(cfg["out_dir"]):  # refused before it starts: no empty directory left
+        ckpt, changes = open_run(cfg, model_cfg, env.master, env.say)  # refusals and resume checks: checkpoint.py
+        if ckpt is not None:
+            model_cfg = GPTConfig(**ckpt["model_config"])
 
-    # ---- model, optimizer, data ----
-    model, raw_model, optimizer, scaler, start_step, best_val = build(cfg, model_cfg, ckpt, env)
-    T = model_cfg.block_size
-    max_steps, tokens_per_step, flops_per_token = steps_for(cfg, raw_model)
-    data = load_for_run(cfg, env, T, max(max_steps * tokens_per_step, T + 1))  # the tokens the run draws
+        # ---- model, optimizer, data ----
+        model, raw_model, optimizer, scaler, start_step, best_val = build(cfg, model_cfg, ckpt, env)
+        T = model_cfg.block_size
+        max_steps, tokens_per_step, flops_per_token = steps_for(cfg, raw_model)
+        data = load_for_run(cfg, env, T, max(max_steps * tokens_per_step, T + 1))  # the tokens the run draws
     entropy = data.unigram_entropy()  # what a model that ignores the context scores: the collapse line
     log = RunLog(cfg, env, raw_model, data, start_step if ckpt is not None else None, changes,
                  ckpt.get("wall_s", 0.0) if ckpt is not None else 0.0)

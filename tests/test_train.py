@@ -730,3 +730,24 @@ def test_a_full_disk_during_a_sharded_save_is_one_line_and_keeps_the_last_checkp
         checkpoint.save_sharded(path, model, optimizer, {"step": 2}, master=True)
     assert not os.path.exists(path + ".tmp")
     assert open(os.path.join(path, "run.pt"), "rb").read() == b"the last complete checkpoint"
+
+
+def test_a_run_refused_before_it_starts_leaves_no_empty_run_directory(data_dir, tmp_path):
+    """A --resume with no checkpoint, or data that fails its checks, once left an empty out_dir behind (issue 47);
+    a directory that held something before is left as it was."""
+    out = tmp_path / "new"
+    with pytest.raises(SystemExit, match="no checkpoint"):
+        train.main(TINY + data_dir + [f"--out_dir={out}", "--max_iters=2", "--resume"])
+    assert not out.exists()
+    with pytest.raises(SystemExit, match="cannot prepare data|no files|matches no"):
+        train.main(TINY + ["--data_source=files:" + str(tmp_path / "none" / "*.txt"), "--tokenizer=byte",
+                           f"--data_dir={tmp_path / 'tokens'}", f"--out_dir={out}", "--max_iters=2"])
+    assert not out.exists()
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    (kept / "notes.txt").write_text("mine")
+    with pytest.raises(SystemExit, match="no checkpoint"):
+        train.main(TINY + data_dir + [f"--out_dir={kept}", "--max_iters=2", "--resume"])
+    assert (kept / "notes.txt").read_text() == "mine"
+    train.main(TINY + data_dir + [f"--out_dir={out}", "--max_iters=2", "--eval_interval=2"])  # then a run starts there
+    assert (out / "result.json").exists()
