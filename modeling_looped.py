@@ -134,6 +134,12 @@ class LoopedForCausalLM(PreTrainedModel, GenerationMixin):
             raise ValueError("padding is not supported: this model attends to every token it is given; give a "
                              "batch of rows of one length")
         if not self.fast_paths_set:  # decided at the first call, when the device is known (as load_model does)
+            # transformers hands over the weights where safetensors put them, off 64-byte boundaries (40 or 56 bytes
+            # past one), and a CPU kernel's vector loop then splits a row otherwise than for the run's own aligned
+            # tensors, rounding some sums otherwise (up to 3e-6 on an AVX-512 EPYC): fresh, aligned copies give the
+            # run's logits bit for bit
+            for p in self.gpt.parameters():
+                p.data = p.data.clone()
             on_cpu(self.gpt, input_ids.device, self.config.cpu_kernels)
             self.fast_paths_set = True
         if input_ids.dim() != 2 or input_ids.size(1) == 0:

@@ -66,6 +66,9 @@ def pytest_collection_modifyitems(config, items):
     each module's tests (and its module fixtures) together."""
     if hasattr(config, "workerinput"):
         items.sort(key=slowness_rank)  # stable: an xdist group stays together, in its order
+    elif os.environ.get("TESTS_SHUFFLE_SEED"):  # one process, tests in a random order: none may lean on another's
+        import random  # state (.ci/run runs the suite so once, besides the README's command)
+        random.Random(int(os.environ["TESTS_SHUFFLE_SEED"])).shuffle(items)
 
 
 @pytest.fixture(autouse=True, scope="session")
