@@ -197,10 +197,15 @@ def test_a_bare_cuda_device_becomes_an_indexed_one(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     monkeypatch.setattr(torch.cuda, "set_device", picked.append)
-    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)  # setup turns TF32 on: put back after
-    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", torch.backends.cudnn.allow_tf32)
+    # setup turns TF32 on: put both back after. Saved and restored by hand: monkeypatch's undo of an attribute of
+    # torch's cuBLAS module raised AttributeError at teardown in a one-process run (issue 47)
+    matmul, cudnn = torch.backends.cuda.matmul, torch.backends.cudnn
+    saved = (matmul.allow_tf32, cudnn.allow_tf32)
     cfg = {k: v for k, v in vars(train).items() if not k.startswith("_")}
-    env = distributed.setup(dict(cfg, device="cuda", dtype="float32"))
+    try:
+        env = distributed.setup(dict(cfg, device="cuda", dtype="float32"))
+    finally:
+        matmul.allow_tf32, cudnn.allow_tf32 = saved
     assert (env.device, env.device_type, picked) == ("cuda:0", "cuda", ["cuda:0"])
 
 
