@@ -35,6 +35,8 @@ def nano(step):
 # each step's project config: the family's keys over GPTConfig's defaults, at a tiny size
 FAMILIES = {
     "gpt": dict(),
+    "loop": dict(n_loop=3),
+    "prelude": dict(n_prelude=1, n_coda=2, n_loop=3, injection="linear"),
 }
 TINY = dict(n_embd=32, head_dim=16, n_layer=2, block_size=16, vocab_size=V)
 

@@ -15,7 +15,7 @@ rates, never the forward). Steps 2-4 (loop.py, prelude.py, moe.py) are small edi
 import math
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 import torch
@@ -146,10 +146,9 @@ def from_project(state_dict, config):
     for key, value in DEFAULTS.items():
         if config.get(key, value) != value:
             raise ValueError(f"{Path(__file__).name} has only {key}={value!r}; this model has {config[key]!r}")
-    cfg = Config(vocab_size=state_dict["wte.weight"].size(0), block_size=config["block_size"],
-                 n_layer=config["n_layer"], n_embd=config["n_embd"], n_head=config["n_head"],
-                 head_dim=config["head_dim"], d_ff=config["d_ff"], norm_eps=config["norm_eps"],
-                 rope_base=config["rope_base"])
+    # the real model's vocabulary may be padded (vocab_pad_multiple): the embedding's rows are its size here
+    shape = {f.name: config[f.name] for f in fields(Config) if f.name != "vocab_size"}
+    cfg = Config(vocab_size=state_dict["wte.weight"].size(0), **shape)
     model = GPT(cfg)
     model.load_state_dict(state_dict)
     return model
