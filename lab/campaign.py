@@ -149,8 +149,9 @@ def comparison_plan(per_seed, reference, holm_m, looks, claim, margin=None):
 
 
 def seed_cost(design):
-    """Core-seconds one seed of a design costs: the mean over the seeds present of the summed process_s (or wall_s)
-    of the rows (in design["rows"]) whose point matches design["points"]; and the GPU-seconds estimated for them.
+    """Core-seconds one seed of a design costs: the mean over the seeds that ran all of it (the most matching rows) of
+    the summed process_s (or wall_s) of the rows (in design["rows"]) whose point matches design["points"]; and the
+    GPU-seconds estimated for them.
     An analysis without rows (analyze.py residual) gives its measured core_seconds_per_seed and where it was measured;
     it trains nothing a GPU would speed up, so it plans no GPU time."""
     from sweep import read_results
@@ -159,14 +160,15 @@ def seed_cost(design):
     by_seed = {}
     for row in read_results(design["rows"]):
         if row.get("status") == "ok" and re.search(design["points"], row["point"]):
-            s = by_seed.setdefault(row.get("seed"), dict(cpu=0.0, gpu=0.0))
+            s = by_seed.setdefault(row.get("seed"), dict(cpu=0.0, gpu=0.0, runs=0))
+            s["runs"] += 1
             s["cpu"] += row.get("process_s") or row.get("wall_s") or 0.0
             s["gpu"] += (GPU_START_S + GPU_STEP_S * (row.get("steps") or 0) * max(1, row.get("n_loop") or 1)
                          * (row.get("n_layer") or 1) / 16) / GPU_RUNS_AT_ONCE
     if not by_seed:
         raise ConfigError(f"{design['rows']}: no finished row matches {design['points']!r}")
-    return (float(np.mean([s["cpu"] for s in by_seed.values()])),
-            float(np.mean([s["gpu"] for s in by_seed.values()])))
+    whole = [s for s in by_seed.values() if s["runs"] == max(t["runs"] for t in by_seed.values())]
+    return float(np.mean([s["cpu"] for s in whole])), float(np.mean([s["gpu"] for s in whole]))
 
 
 def numbers(f, base, key):

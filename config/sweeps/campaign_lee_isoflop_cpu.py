@@ -1,8 +1,8 @@
 # The campaign (issue 46; records/plan.md), Lee et al. 2026 (arXiv:2605.09165, §4, Fig. 1), finding
 # lee-1-alpha-order of records/campaign/findings.json: sparse layers make looped models scale (alpha of Looped-MoE
 # above Looped's, MoE's above Looped-MoE's). The plan adds 2 seeds (101, 102) to seeds 1337 and 7: Looped, MoE and
-# Looped-MoE on config/sweeps/isoflop_cpu.py's grid at 3e11, 1e12 and 3e12 (75 runs, about 3.6 core-hours by the
-# rows' process_s), from a worktree of this spec's commit:
+# Looped-MoE on config/sweeps/isoflop_cpu.py's grid at 3e11, 1e12 and 3e12 (75 runs, about 4.8 core-hours by the
+# rows' process_s of the seeds that ran them all), from a worktree of this spec's commit:
 #     python scaling.py sweep config/sweeps/campaign_lee_isoflop_cpu.py --at_rule_commit
 # Then each new seed's own fit, as the earlier seeds' (records/lee2026.md):
 #     python scaling.py fit records/lee2026/campaign_lee_isoflop_cpu.jsonl --law=isoflop --seeds='(101,)' --out=records/lee2026/campaign_isoflop_s101

@@ -1,7 +1,7 @@
 # The campaign (issue 46; records/plan.md), Schwethelm et al. 2026 (arXiv:2604.21106), finding
 # schwethelm-1-phi-budget of records/campaign/findings.json: each seed's phi on the upper budgets (3e12, 1e13)
 # below its phi on the lower ones (3e11, 1e12). The plan adds 2 seeds (101, 102) to seeds 1337 and 7: r = 1, 2, 4
-# at all four budgets of config/sweeps/isodepth_cpu.py (57 runs, about 3.7 core-hours), from a worktree of this
+# at all four budgets of config/sweeps/isodepth_cpu.py (57 runs, about 8.1 core-hours), from a worktree of this
 # spec's commit:
 #     python scaling.py sweep config/sweeps/campaign_schwethelm_budget_cpu.py --at_rule_commit
 # Then each new seed's joint fits of the two halves, as seeds 1337 and 7 (records/schwethelm2026.md).
