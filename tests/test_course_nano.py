@@ -32,18 +32,21 @@ def nano(step):
     return module
 
 
-# each step's project config: the family's keys over GPTConfig's defaults, at a tiny size
-FAMILIES = {
-    "gpt": dict(),
-    "loop": dict(n_loop=3),
-    "prelude": dict(n_prelude=1, n_coda=2, n_loop=3, injection="linear"),
-}
+# each step's project config: (step, the family's keys over GPTConfig's defaults), at a tiny size
+FAMILIES = [
+    ("gpt", dict()),
+    ("loop", dict(n_loop=3)),
+    ("prelude", dict(n_prelude=1, n_coda=2, n_loop=3, injection="linear")),
+    ("moe", dict(n_expert=4, top_k=2, n_loop=2)),  # Lee et al.'s Looped-MoE
+    ("moe", dict(n_expert=4, top_k=2, n_loop=1)),  # their MoE
+]
+IDS = [f"{step}-{'-'.join(f'{k}={v}' for k, v in kw.items()) or 'default'}" for step, kw in FAMILIES]
 TINY = dict(n_embd=32, head_dim=16, n_layer=2, block_size=16, vocab_size=V)
 
 
-def project_model(step, seed=0):
+def project_model(family, seed=0):
     torch.manual_seed(seed)
-    real = GPT(GPTConfig(**{**TINY, **FAMILIES[step]})).init_weights(seed)
+    real = GPT(GPTConfig(**{**TINY, **family})).init_weights(seed)
     g = torch.Generator().manual_seed(seed + 1)
     with torch.no_grad():
         for p in real.parameters():  # random values everywhere: no identity of the init can hide a bug
@@ -56,9 +59,11 @@ def tokens(B=2, seed=0):
 
 
 @pytest.mark.parametrize("fast", [False, True], ids=["plain_ops", "cpu_fast_paths"])
-@pytest.mark.parametrize("step", list(FAMILIES))
-def test_the_minimal_model_gives_the_real_models_logits(step, fast):
-    real = kernels.on_cpu(project_model(step), "cpu", on=fast)
+@pytest.mark.parametrize("step, family", FAMILIES, ids=IDS)
+def test_the_minimal_model_gives_the_real_models_logits(step, family, fast):
+    """Logits and loss (with the MoE balance terms the real model returns in aux) of the real model and the minimal
+    one holding its weights."""
+    real = kernels.on_cpu(project_model(family), "cpu", on=fast)
     mini = nano(step).from_project(real.state_dict(), real.config.to_dict()).eval()
     idx = tokens()
     targets = tokens(seed=1)
@@ -66,16 +71,16 @@ def test_the_minimal_model_gives_the_real_models_logits(step, fast):
         logits, loss, aux = real(idx, targets)
         mine, my_loss = mini(idx, targets)
     diff = (logits - mine).abs().max().item()
-    print(f"{step} fast={fast}: max |logits difference| {diff:.2e}")
+    print(f"{step} {family} fast={fast}: max |logits difference| {diff:.2e}")
     assert diff < 1e-5
     assert abs(loss.item() + sum(v.item() for v in aux.values()) - my_loss.item()) < 1e-5
 
 
-@pytest.mark.parametrize("step", list(FAMILIES))
-def test_cached_decoding_gives_the_full_forwards_logits(step):
+@pytest.mark.parametrize("step, family", FAMILIES, ids=IDS)
+def test_cached_decoding_gives_the_full_forwards_logits(step, family):
     """The minimal KV cache (one slot per executed layer): the prompt, then one token at a time, gives the real
     model's full-forward logits at every position."""
-    real = project_model(step)
+    real = project_model(family)
     mini = nano(step).from_project(real.state_dict(), real.config.to_dict()).eval()
     idx = tokens()
     with torch.no_grad():
@@ -85,15 +90,18 @@ def test_cached_decoding_gives_the_full_forwards_logits(step):
     assert (torch.cat(parts, dim=1) - full).abs().max().item() < 1e-5
 
 
-@pytest.mark.parametrize("step", list(FAMILIES))
-def test_from_project_refuses_what_the_file_does_not_implement(step):
-    real = project_model(step)
+@pytest.mark.parametrize("step, family", FAMILIES, ids=IDS)
+def test_from_project_refuses_what_the_file_does_not_implement(step, family):
+    real = project_model(family)
     config = {**real.config.to_dict(), "qk_norm": True}
     with pytest.raises(ValueError, match="qk_norm"):
         nano(step).from_project(real.state_dict(), config)
 
 
-@pytest.mark.parametrize("step", list(FAMILIES))
+STEPS = ["gpt", "loop", "prelude", "moe"]
+
+
+@pytest.mark.parametrize("step", STEPS)
 def test_a_minimal_file_imports_nothing_from_the_project(step):
     """Only torch and the standard library: a student reads one file, nothing else."""
     tree = ast.parse(open(os.path.join(NANO, f"{step}.py")).read())
@@ -108,3 +116,43 @@ def test_a_minimal_file_imports_nothing_from_the_project(step):
         for name in names:
             top = name.split(".")[0]
             assert top == "torch" or top in sys.stdlib_module_names, f"{step}.py imports {name}"
+
+
+@pytest.mark.parametrize("step", STEPS)
+def test_a_minimal_file_runs_alone_and_its_loss_falls(step, monkeypatch, capsys):
+    """`python course/nano/<step>.py` in miniature: a few training steps on a short text, the validation loss
+    printed before and after, lower after."""
+    monkeypatch.setattr(sys, "argv", ["x"])
+    module = nano(step)
+    text = os.path.join(REPO, "COURSE.md")
+    module.main(text, steps=30, batch_size=4, lr=1e-2)
+    losses = [float(x) for x in re.findall(r"val loss ([\d.]+)", capsys.readouterr().out)]
+    assert len(losses) == 2 and losses[1] < losses[0] - 0.5
+
+
+# A step must stay readable as one diff. Changed lines (removed + added, the file headers not counted) of each step
+# over the one it builds on, the rewritten module docstring (about 20 lines) included; at most 40 for looping (31
+# today), 90 for prelude/coda/injection (72), 110 for routed experts (97).
+DIFF_BOUNDS = {"loop": 40, "prelude": 90, "moe": 110}
+
+
+def test_each_step_is_a_small_diff_over_the_one_before():
+    diffs = nano("diffs")
+    assert set(diffs.STEPS) == set(DIFF_BOUNDS)
+    for step, parent in diffs.STEPS.items():
+        old = open(os.path.join(NANO, f"{parent}.py")).read().splitlines()
+        new = open(os.path.join(NANO, f"{step}.py")).read().splitlines()
+        changed = sum(1 for line in difflib.unified_diff(old, new, lineterm="")
+                      if line[:1] in "+-" and line[:3] not in ("+++", "---"))
+        assert changed == diffs.changed_lines(step)
+        assert 0 < changed <= DIFF_BOUNDS[step], f"{step}.py changes {changed} lines of {parent}.py"
+
+
+def test_the_readme_shows_the_diffs_the_files_make():
+    """course/nano/README.md's diff blocks are what diffs.py prints (`python course/nano/diffs.py --write` redoes
+    them after an edit of a step)."""
+    diffs = nano("diffs")
+    blocks = diffs.readme_blocks(open(os.path.join(NANO, "README.md")).read())
+    assert set(blocks) == set(diffs.STEPS)
+    for step, shown in blocks.items():
+        assert shown == diffs.diff(step), f"README.md's diff of {step}.py is stale: python course/nano/diffs.py --write"

@@ -173,20 +173,17 @@ def main(path=None, steps=500, batch_size=16, lr=3e-3, seed=0):
     print(f"{sum(p.numel() for p in model.parameters()):,} parameters, {len(train):,} training bytes")
     t0 = time.time()
     for step in range(steps + 1):
-        if step % 100 == 0:
-            model.eval()
+        if step % 100 == 0 or step == steps:  # the loss on 8 random validation batches
             with torch.no_grad():
                 val_loss = sum(model(*batch(val))[1].item() for _ in range(8)) / 8
             print(f"step {step:4d} | val loss {val_loss:.3f} | {time.time() - t0:.0f} s")
-            model.train()
-        if step == steps:
-            break
-        for group in opt.param_groups:  # linear decay to 0 over the last half
-            group["lr"] = lr * min(1.0, 2 * (1 - step / steps))
-        loss = model(*batch(train))[1]
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
+        if step < steps:
+            for group in opt.param_groups:  # linear decay to 0 over the last half
+                group["lr"] = lr * min(1.0, 2 * (1 - step / steps))
+            loss = model(*batch(train))[1]
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
     sample = model.generate(val[:32][None], 64, temperature=0.8)[0].tolist()
     print(bytes(sample).decode("utf-8", errors="replace"))
 

@@ -6,10 +6,10 @@ Step 3 of course/nano: loop.py plus a prelude, a coda and input injection.
 
 Schwethelm, Rueckert, Kaissis (2026), How Much Is One Recurrence Worth? Iso-Depth Scaling Laws for Looped Language
 Models, arXiv:2604.21106: unshared layers read the tokens (prelude) and write the output (coda) around the loop, and
-the prelude's output e is injected into every pass: a pass reads u = W [e; h] (h: the last pass's output; W starts
-as [I | 0], so the first training steps see the plain loop of e). It gives the logits of the project's model.GPT
-with GPTConfig(n_prelude=..., n_coda=..., injection="linear") (tests/test_course_nano.py). Left out: their other
-injections, the end-of-pass norm, truncated BPTT and their backbone (ReLU^2, QK-norm, softcap): model.py has them.
+the prelude's output e is injected into every pass: a pass reads u = W [e; h], h the last pass's output (W starts as
+[I | 0]: at init every pass starts from e, and training learns how much of h to mix in). It gives the logits of the
+project's model.GPT with GPTConfig(n_prelude=..., n_coda=..., injection="linear") (tests/test_course_nano.py). Left
+out: their other injections, end-of-pass norm, truncated BPTT and backbone (ReLU^2, QK-norm, softcap): see model.py.
 
     python course/nano/prelude.py [text file]   # trains a tiny one on the CPU for about a minute, prints its loss
 """
@@ -116,7 +116,7 @@ class GPT(nn.Module):
         self.register_buffer("sin", angles.sin(), persistent=False)
         for name, p in self.named_parameters():  # muP's init: matrices N(0, 0.02^2 / w), w = n_embd / 128
             nn.init.normal_(p, 0.0, 0.02 if name == "wte.weight" else 0.02 / math.sqrt(cfg.n_embd / 128))
-        with torch.no_grad():  # W = [I | 0]: at init a pass reads the prelude's output e, as the plain loop would
+        with torch.no_grad():  # W = [I | 0]: at init every pass reads the prelude's output e
             self.inject.weight.copy_(torch.cat([torch.eye(cfg.n_embd), torch.zeros(cfg.n_embd, cfg.n_embd)], dim=1))
         self.n_slots = cfg.n_prelude + cfg.n_loop * cfg.n_layer + cfg.n_coda  # one per executed step
 
@@ -210,20 +210,17 @@ def main(path=None, steps=500, batch_size=16, lr=3e-3, seed=0):
     print(f"{sum(p.numel() for p in model.parameters()):,} parameters, {len(train):,} training bytes")
     t0 = time.time()
     for step in range(steps + 1):
-        if step % 100 == 0:
-            model.eval()
+        if step % 100 == 0 or step == steps:  # the loss on 8 random validation batches
             with torch.no_grad():
                 val_loss = sum(model(*batch(val))[1].item() for _ in range(8)) / 8
             print(f"step {step:4d} | val loss {val_loss:.3f} | {time.time() - t0:.0f} s")
-            model.train()
-        if step == steps:
-            break
-        for group in opt.param_groups:  # linear decay to 0 over the last half
-            group["lr"] = lr * min(1.0, 2 * (1 - step / steps))
-        loss = model(*batch(train))[1]
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
+        if step < steps:
+            for group in opt.param_groups:  # linear decay to 0 over the last half
+                group["lr"] = lr * min(1.0, 2 * (1 - step / steps))
+            loss = model(*batch(train))[1]
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
     sample = model.generate(val[:32][None], 64, temperature=0.8)[0].tolist()
     print(bytes(sample).decode("utf-8", errors="replace"))
 
