@@ -98,6 +98,18 @@ def test_from_project_refuses_what_the_file_does_not_implement(step, family):
         nano(step).from_project(real.state_dict(), config)
 
 
+def test_a_checkpoint_as_train_py_writes_it_loads(tmp_path):
+    """ckpt.pt holds "model" (the state_dict) and "model_config" (GPTConfig.to_dict()); a padded vocabulary and a
+    tied head load too (the head then is a copy of the embedding)."""
+    real = GPT(GPTConfig(**TINY, vocab_pad_multiple=8, tie_embeddings=True)).init_weights(0).eval()
+    torch.save(dict(model=real.state_dict(), model_config=real.config.to_dict()), tmp_path / "ckpt.pt")
+    ckpt = torch.load(tmp_path / "ckpt.pt", weights_only=True)
+    mini = nano("gpt").from_project(ckpt["model"], ckpt["model_config"])
+    assert mini.cfg.vocab_size == 64
+    with torch.no_grad():
+        assert (real(tokens())[0] - mini(tokens())[0]).abs().max().item() < 1e-5
+
+
 STEPS = ["gpt", "loop", "prelude", "moe"]
 
 
@@ -125,7 +137,7 @@ def test_a_minimal_file_runs_alone_and_its_loss_falls(step, monkeypatch, capsys)
     monkeypatch.setattr(sys, "argv", ["x"])
     module = nano(step)
     text = os.path.join(REPO, "COURSE.md")
-    module.main(text, steps=30, batch_size=4, lr=1e-2)
+    module.main(text, steps=15, batch_size=4, lr=1e-2)
     losses = [float(x) for x in re.findall(r"val loss ([\d.]+)", capsys.readouterr().out)]
     assert len(losses) == 2 and losses[1] < losses[0] - 0.5
 
