@@ -544,6 +544,52 @@ def test_the_readme_verdict_table_prints_only_its_records_numbers():
         assert unsourced("| finding | paper | verdict | record |\n" + row + "\n", shown) == [], row[:80]
 
 
+README_ROW = re.compile(r"^(\|.*\| \[(\w+2026)\]\(records/\2\.md\) \|)$", re.M)  # a README verdict row
+
+
+def readme_verdicts_unlike_the_records(readme, records_dir):
+    """(record, what differs) for each way the README's verdict table says other than the records' summary tables.
+    A row's verdict cell is one phrase or "part: phrase; part: phrase"; each phrase must be a bold phrase of its
+    record's first table, and, read row by row in the README's order, the phrases that hold a verdict word must be
+    that table's bold verdict phrases in its own order (the count `lab.campaign tally` takes: none left out, none
+    changed, none added)."""
+    from lab.campaign import VERDICT
+    said, out = {}, []
+    for row, record in README_ROW.findall(readme):
+        cell = [c.strip() for c in row.strip("|").split(" | ")][2]
+        for phrase in (part.rsplit(": ", 1)[-1].strip() for part in cell.split("; ")):
+            said.setdefault(record, []).append(phrase)
+    for record, phrases in sorted(said.items()):
+        table = re.search(r"(\n\|.*)+", read(os.path.join(records_dir, record + ".md"))).group(0)
+        bold = re.findall(r"\*\*([^*]+)\*\*", table)
+        out += [(record, f"{p!r} is no bold phrase of its summary table") for p in phrases if p not in bold]
+        if [p for p in phrases if VERDICT.search(p)] != [b for b in bold if VERDICT.search(b)]:
+            out.append((record, f"verdicts {[p for p in phrases if VERDICT.search(p)]} where the record's table has "
+                                f"{[b for b in bold if VERDICT.search(b)]}"))
+    return sorted(said), out
+
+
+def test_the_readme_verdict_table_says_the_records_verdicts():
+    """An independent check that the README's table of verdicts says what the records say: each row's verdict
+    phrases are bold phrases of its record's summary table, and its verdicts are all of that table's, in order.
+    Planted: one README word changed ("inconclusive" to "reproduced", a word the same record uses elsewhere) fails,
+    and so do a row left out and a phrase the record does not print."""
+    readme, records_dir = read(os.path.join(ROOT, "README.md")), os.path.join(ROOT, "records")
+    rows = README_ROW.findall(readme)
+    assert len(rows) >= 15
+    named, differs = readme_verdicts_unlike_the_records(readme, records_dir)
+    assert named == sorted(os.path.basename(r)[:-3] for r in RECORDS)  # every record has its rows
+    assert differs == [], differs
+    row = next(r for r, record in rows if record == "lee2026" and "| inconclusive |" in r)
+    planted = readme.replace(row, row.replace("| inconclusive |", "| reproduced |"))
+    assert [r for r, _ in readme_verdicts_unlike_the_records(planted, records_dir)[1]] == ["lee2026"]
+    planted = readme.replace(row + "\n", "")
+    assert [r for r, _ in readme_verdicts_unlike_the_records(planted, records_dir)[1]] == ["lee2026"]
+    planted = readme.replace(row, row.replace("| inconclusive |", "| inconclusive, weakly |"))
+    assert readme_verdicts_unlike_the_records(planted, records_dir)[1][0] == (
+        "lee2026", "'inconclusive, weakly' is no bold phrase of its summary table")
+
+
 def test_the_standard_states_the_tally_its_command_counts(tmp_path):
     """records/README.md states the verdicts of the five summary tables as `python -m lab.campaign tally` counts
     them: every bold phrase of a record's first table that holds a verdict word, once, for the first it holds. A
