@@ -32,7 +32,7 @@ def analyses(seed, run_dir, out):
             [sys.executable, "analyze.py", "routing", f"--ckpt={run_dir(f'looped_moe8x2_d128_s{seed}')}",
              f"--out_dir={out}/routing_s{seed}"],
             [sys.executable, "early_exit.py", f"--ckpt={ckpts}", f"--names={','.join(NAMES)}",
-             f"--out={out}/early_exit_s{seed}"]]
+             f"--out_dir={out}/early_exit_s{seed}"]]
 
 
 # The decision rule, fixed before any of these runs. GPU rows (bf16 on CUDA) are judged on their own: never paired
