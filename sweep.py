@@ -534,14 +534,15 @@ class SweepRuns:
         try:
             while running or any(time.time() + self.expected_s(q) <= self.deadline for q in queue):
                 for slot in range(self.slots):
-                    fits = [q for q in queue if time.time() + self.expected_s(q) <= self.deadline]
-                    if slot not in running and fits:
-                        queue.remove(fits[0])
-                        run_dir, proc, command = self.launch(slot, fits[0])
+                    startable = [q for q in queue if time.time() + self.expected_s(q) <= self.deadline]
+                    if slot not in running and startable:
+                        q = startable[0]
+                        queue.remove(q)
+                        run_dir, proc, command = self.launch(slot, q)
                         if proc is None:
-                            self.finish(fits[0], run_dir, None, time.time(), command)
+                            self.finish(q, run_dir, None, time.time(), command)
                         else:
-                            running[slot] = (fits[0], proc, time.time(), run_dir, command)
+                            running[slot] = (q, proc, time.time(), run_dir, command)
                 for slot, (q, proc, started, run_dir, command) in list(running.items()):
                     if proc.poll() is not None:
                         del running[slot]
@@ -610,23 +611,21 @@ def check_committed(root, files):
 SNAPSHOT_REVISION = ".snapshot_revision"  # a snapshot's commit, in a file at its top (ignored by git)
 
 
-def snapshot(root, dest, revision="HEAD"):
-    """The files of a commit (HEAD unless named) in dest (git archive): the code the jobs of a submission, or the
-    runs of a campaign (--at_rule_commit), run, whatever becomes of the working tree meanwhile; made once per commit.
-    data/, where train.py prepares its token files, and out/, where the runs write (both ignored by git), are the
-    repository's own, linked in, so relative paths mean the same in the snapshot."""
+def snapshot(root, dest):
+    """HEAD's files in dest (git archive): the code the jobs of a submission run, whatever becomes of the working
+    tree while they wait in the queue; made once per commit, which SNAPSHOT_REVISION names (the snapshot has no git).
+    data/, where train.py prepares its token files (ignored by git), is the repository's own, linked in."""
     if os.path.isdir(dest):
         return dest
     tmp = f"{dest}.{os.getpid()}.tmp"
     os.makedirs(tmp)
-    archive = subprocess.run(["git", "archive", revision], cwd=root, capture_output=True, check=True).stdout
+    archive = subprocess.run(["git", "archive", "HEAD"], cwd=root, capture_output=True, check=True).stdout
     tarfile.open(fileobj=io.BytesIO(archive)).extractall(tmp, filter="data")
     with open(os.path.join(tmp, SNAPSHOT_REVISION), "w") as f:  # what git_revision says of code run from here
-        f.write(git(root, "rev-parse", revision).strip() + "\n")
-    for linked in ("data", "out"):
-        os.makedirs(os.path.join(root, linked), exist_ok=True)
-        if not os.path.exists(os.path.join(tmp, linked)):
-            os.symlink(os.path.join(root, linked), os.path.join(tmp, linked))
+        f.write(git(root, "rev-parse", "HEAD").strip() + "\n")
+    os.makedirs(os.path.join(root, "data"), exist_ok=True)
+    if not os.path.exists(os.path.join(tmp, "data")):
+        os.symlink(os.path.join(root, "data"), os.path.join(tmp, "data"))
     os.replace(tmp, dest)
     return dest
 
