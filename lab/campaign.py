@@ -359,6 +359,24 @@ def tally(directory="records"):
     return counts
 
 
+def verdict_word(test, sign):
+    """The records' word for one comparison's test (fits.py family's JSON entry) given the paper's sign: for a
+    difference ("higher"/"lower") its Holm verdict, reproduced with the paper's sign, not reproduced with the other;
+    for a claim of no effect ("zero") its TOST verdict, reproduced when equivalent, not reproduced when different."""
+    if sign == "zero":
+        return {"equivalent": "reproduced", "different": "not reproduced"}.get(test["verdict"], "inconclusive")
+    if test["verdict"] in ("higher", "lower"):
+        return "reproduced" if test["verdict"] == sign else "not reproduced"
+    return test["verdict"]
+
+
+def summary_row(record, row):
+    """The summary-table row (the record's first table) of finding number `row`."""
+    with open(record) as f:
+        table = re.search(r"(\n\|.*)+", f.read()).group(0)
+    return next(line for line in table.splitlines() if line.startswith(f"| {row}. "))
+
+
 def main_tally(argv):
     """python -m lab.campaign tally: the bold verdict phrases of the five records' summary tables, counted (tally)."""
     if argv:

@@ -138,3 +138,40 @@ def test_the_t_tests_power_where_scipy_gives_nan_is_the_same_average(monkeypatch
     got = [campaign.t_test_power(e, 1.0, n, a, sides) for e, n, a, sides in
            ((0.5, 34, 0.05, 2), (1.0, 6, 0.01, 2), (0.8, 9, 0.05, 1))]
     assert got == pytest.approx(want, abs=2e-3)
+
+
+def test_each_moved_findings_record_says_the_verdict_its_json_or_the_plan_computes():
+    """The campaign's new verdicts are tied to what computes them: a finding moved by new rows says, in its record's
+    summary row right after its own words, the word its test's JSON gives (records/campaign/verdicts.json); one the
+    plan finds undecidable says "undecidable at this scale" (rule 11). A planted opposite test is caught."""
+    findings = {f["id"]: f for f in campaign.load_findings(os.path.join(ROOT, campaign.FINDINGS))}
+    with open(os.path.join(ROOT, "records", "campaign", "verdicts.json")) as f:
+        moved = {k: v for k, v in json.load(f).items() if k != "about"}
+    assert moved
+    for fid, where in moved.items():
+        f = findings[fid]
+        with open(os.path.join(ROOT, where["json"])) as fh:
+            test = json.load(fh)[where["comparison"]]
+        sign = next(iter(f["comparisons"].values()))
+        row = campaign.summary_row(os.path.join(ROOT, f["record"]), f["row"])
+        word = campaign.verdict_word(test, sign)
+        assert word != "inconclusive" and f"{where['before']} **{word}**" in row, (fid, word)
+        planted = dict(test, verdict="equivalent" if test["verdict"] == "different" else "different")
+        assert f"{where['before']} **{campaign.verdict_word(planted, sign)}**" not in row, fid
+    with open(os.path.join(ROOT, "records", "plan.json")) as fh:
+        plans = json.load(fh)["plans"]
+    for p in plans:
+        if campaign.undecidable(p):
+            row = campaign.summary_row(os.path.join(ROOT, findings[p["id"]]["record"]), findings[p["id"]]["row"])
+            assert "**undecidable at this scale**" in row, p["id"]
+
+
+def test_verdict_words_follow_the_standard():
+    """Rule 2: a difference's Holm verdict with the paper's sign is reproduced, with the other not reproduced; rule 3:
+    a claim of no effect is reproduced when equivalent, not reproduced when different; otherwise inconclusive."""
+    assert campaign.verdict_word(dict(verdict="higher"), "higher") == "reproduced"
+    assert campaign.verdict_word(dict(verdict="lower"), "higher") == "not reproduced"
+    assert campaign.verdict_word(dict(verdict="inconclusive"), "lower") == "inconclusive"
+    assert campaign.verdict_word(dict(verdict="equivalent"), "zero") == "reproduced"
+    assert campaign.verdict_word(dict(verdict="different"), "zero") == "not reproduced"
+    assert campaign.verdict_word(dict(verdict="inconclusive"), "zero") == "inconclusive"
