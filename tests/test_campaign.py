@@ -110,12 +110,12 @@ def test_a_gpu_batch_trains_and_analyses_seed_after_seed_until_its_deadline(tmp_
     spec = tmp_path / "spec.py"
     spec.write_text(GPU_SPEC.format(out_dir=str(tmp_path / "sweep"), data=data, fail={}))
     # a seed takes far less than 35 s here, and train.py's start-up alone more than 5 s: seed 1 fits, seed 2 not
-    env = dict(os.environ, DEVICES="", BUDGET_S="40", SEED_S="35", OMP_NUM_THREADS="1")
+    env = dict(os.environ, DEVICES="", BUDGET_S="40", SEED_S="35", OMP_NUM_THREADS="1", PARALLEL="1,2")
     run = subprocess.run(["bash", ".ci/gpu-campaign", str(tmp_path / "out"), str(spec)], cwd=ROOT, env=env,
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     batch = json.loads((tmp_path / "out" / "batch.json").read_text())
-    assert batch["seeds"] == [1]
+    assert batch["seeds"] == [1] and batch["per_seed"][0]["runs_at_once"] == 1 and batch["per_seed"][0]["seconds"] > 0
     rows = [json.loads(line) for line in (tmp_path / "out" / "results.jsonl").read_text().splitlines()]
     assert sorted(r["seed"] for r in rows) == batch["seeds"] and all(r["device"] == "cpu" for r in rows)
     with tarfile.open(tmp_path / "out" / "analyses.tar.gz") as tar:
