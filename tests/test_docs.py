@@ -9,6 +9,7 @@ substitution rules that make each command run in seconds (COURSE.md states them 
 - a run directory that a command reads (--ckpt, --run) and no earlier command of the section wrote is made first:
   by the command of the same document that writes it (--out_dir=...), cut as below, else as a tiny run of the
   family its placeholder name says (PLACEHOLDER_RUNS: out/base, out/looped, ...);
+- course/nano/*.py (the minimal models) run their main(text file) for 2 steps (NANO_STEPS);
 - placeholders: config/FILE.py is config/recur_cpu.py; `--key=value` and `...` are dropped;
 - CUTS: appended keys that shrink a run (train.py: 2 steps of 2 sequences of 32 tokens on a small local corpus;
   the analyses: a few hundred tokens); a command without a cut must reproduce the committed JSON it names
@@ -21,6 +22,7 @@ import ast
 import contextlib
 import glob
 import importlib
+import importlib.util
 import io
 import json
 import math
@@ -59,6 +61,7 @@ PLACEHOLDER_RUNS = {  # the README's run directories that no command of it write
     "out/loopmoe": ["config/loopmoe_cpu.py"], "out/r1": ["config/recur_cpu.py", "--n_loop=1"],
     "out/r2": ["config/recur_cpu.py"], "out/r4": ["config/recur_cpu.py", "--n_loop=4"],
 }
+NANO_STEPS = 2  # course/nano/*.py train this many steps here (their main's `steps`)
 READ_KEYS = ("ckpt", "run")
 NOT_COMPARED = {"seconds", "elapsed", "time", "code_commit", "command", "wall_s", "created"}  # volatile JSON keys
 
@@ -123,6 +126,13 @@ def key_values(args, keys):
 def run_command(args, corpus):
     """One command in-process: its script's main(argv) with the cut appended; stdout captured."""
     script, rest = args[1], args[2:]
+    if script.startswith("course/nano/"):  # a minimal model's file: its main(text file), cut to 2 steps
+        spec = importlib.util.spec_from_file_location("course_nano_" + script[12:-3], os.path.join(REPO, script))
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        with contextlib.redirect_stdout(io.StringIO()):
+            module.main(*rest, steps=NANO_STEPS)
+        return
     extra = cut_of(args) + (corpus if script == "train.py" else [])
     if script == "train.py" and "--resume" not in rest:
         extra.append("--overwrite=True")
@@ -262,6 +272,8 @@ def test_printed_numbers_are_the_committed_json():
 
 
 PATCHES = sorted(glob.glob(os.path.join(REPO, "course", "exercises", "*.patch")))
+SELF_CHECK_02 = os.path.join(REPO, "course", "exercises", "02_pass_embedding_check.py")
+WRONG_02 = os.path.join(REPO, "tests", "fixtures", "exercises", "02_pass_embedding_same_for_every_pass.patch")
 TINY = "n_embd=32, head_dim=16, block_size=16"
 CHECKS = {  # what each solution must do, as its lecture says; run in a copy of the project with only it applied
     "01_inverse_sqrt": """
@@ -269,14 +281,10 @@ import optim, train
 cfg = dict(warmup_iters=10, min_lr_frac=0.0, schedule="inverse_sqrt")
 assert abs(optim.lr_multiplier(39, 100, cfg) - 0.5) < 1e-12 and abs(optim.lr_multiplier(9, 100, cfg) - 1) < 1e-12
 assert "inverse_sqrt" in train._CHOICES["schedule"]""",
-    "02_time_conditioning": f"""
-import torch
-from model import GPT, GPTConfig
-m = GPT(GPTConfig(n_layer=2, n_loop=2, loop_cond="time", {TINY})).init_weights(0)
-assert m.loop_embed is not None and m.step_embed is None
-assert not torch.equal(m.loop_embedding(0, 0.0, 0.5), m.loop_embedding(1, 0.5, 0.5))
-x = torch.randint(0, 257, (2, 16))
-m(x, x)[1].backward()""",
+    "02_pass_embedding": f"""
+import subprocess, sys
+r = subprocess.run([sys.executable, {SELF_CHECK_02!r}, "course/nano/loop.py"], capture_output=True, text=True)
+assert r.returncode == 0, r.stdout + r.stderr""",
     "03_gated_injection": f"""
 import math, torch
 from model import GPT, GPTConfig
@@ -380,6 +388,7 @@ def test_exercise_solutions_apply_and_work(tmp_path):
         tree.mkdir()
         for f in glob.glob(os.path.join(REPO, "*.py")):
             shutil.copy(f, tree)
+        shutil.copytree(os.path.join(REPO, "course", "nano"), tree / "course" / "nano")  # lecture 2's is there
         r = subprocess.run(["git", "apply", patch], cwd=tree, capture_output=True, text=True)
         assert r.returncode == 0, f"{name}: {r.stderr}"
         cases.append((str(tree), name, CHECKS[name]))
@@ -396,4 +405,36 @@ def test_every_course_training_command_names_its_own_out_dir():
     set-up's `python train.py` aside: it is that run)."""
     commands = [re.split(r"`|\n\s*\n", COURSE[m.start():])[0] for m in re.finditer(r"python train\.py", COURSE)]
     missing = [c for c in commands if "--out_dir=" not in c and not c.endswith("python train.py")]
-    assert len(commands) > 10 and not missing, missing
+    assert len(commands) >= 10 and not missing, missing  # 10 when lecture 2's exercise moved to course/nano
+
+
+def run_self_check_02(tmp_path, patch=None):
+    """Lecture 2's self-check on a copy of course/nano/loop.py (with the patch applied): (exit code, stdout)."""
+    tree = tmp_path / (os.path.basename(patch)[:-6] if patch else "unmodified")
+    shutil.copytree(os.path.join(REPO, "course", "nano"), tree / "course" / "nano")
+    if patch:
+        r = subprocess.run(["git", "apply", patch], cwd=tree, capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+    r = subprocess.run([sys.executable, SELF_CHECK_02, str(tree / "course" / "nano" / "loop.py")],
+                       capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    return r.returncode, r.stdout + r.stderr
+
+
+def verdicts(out):
+    """{check number: "PASS" | "FAIL"} of the self-check's printout."""
+    return {int(m.group(2)): m.group(1) for m in re.finditer(r"^(PASS|FAIL)  (\d)\.", out, re.M)}
+
+
+def test_the_lecture_2_self_check_tells_right_from_wrong(tmp_path):
+    """The self-check tests behaviour, not text: it fails on the unmodified loop.py (no pass_embed: check 1), fails on
+    a plausible wrong solution that adds the same vector e_0 before every pass (check 4 names the pass given e_0, and
+    check 5 finds no gradient in the other rows, while the zero-embedding and first-pass checks pass), and passes
+    on the committed solution."""
+    code, out = run_self_check_02(tmp_path)
+    assert code == 1 and verdicts(out)[1] == "FAIL" and "no attribute pass_embed" in out, out
+    code, out = run_self_check_02(tmp_path, WRONG_02)
+    v = verdicts(out)
+    assert code == 1 and v == {1: "PASS", 2: "PASS", 3: "PASS", 4: "FAIL", 5: "FAIL", 6: "PASS"}, out
+    assert "pass 1 gets e_0, not its own e_1" in out, out
+    code, out = run_self_check_02(tmp_path, os.path.join(REPO, "course", "exercises", "02_pass_embedding.patch"))
+    assert code == 0 and set(verdicts(out).values()) == {"PASS"} and len(verdicts(out)) == 6, out
