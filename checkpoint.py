@@ -1,6 +1,6 @@
 """
 Checkpoints and the rules that keep a run's work safe:
-- refusing training settings no run can use (check_training; GPTConfig's own refusals are checks.py's);
+- refusing training settings no run can use (check_training; GPTConfig's own refusals are model.py's);
 - reading a run's checkpoint (one file, or the torch.distributed.checkpoint directory of an --fsdp run) and
   loading its model, as every script that reads a run does (load_model);
 - opening a run directory: a new run never replaces an existing one by accident, a resume continues only the
@@ -26,6 +26,7 @@ import kernels
 from configurator import EXIT_RESUMABLE, ConfigError  # noqa: F401 (EXIT_RESUMABLE: the exit code of a stopped run)
 from distributed import read_scalars, weights_finite
 from model import GPT, GPTConfig
+from runlog import provenance
 
 
 def read_checkpoint(path, device="cpu", weights=True):
@@ -54,7 +55,7 @@ def read_sharded_model(path, device="cpu"):
     number of them). Only the weights are read, in place: no converted copy on disk, and the optimizer state,
     twice the weights' size, stays unread. (torch.distributed.checkpoint.format_utils converts the whole
     directory to one torch.save file, for tools that want one.)"""
-    import torch.distributed.checkpoint as dcp
+    import torch.distributed.checkpoint as dcp  # heavy (most of a second): --fsdp checkpoints only
     listed = dcp.FileSystemReader(path).read_metadata().state_dict_metadata
     model = {key.removeprefix("model."): torch.empty(m.size, dtype=m.properties.dtype, device=device)
              for key, m in listed.items() if key.startswith("model.")}
@@ -75,7 +76,6 @@ def checkpoint_of(run_dir):
 def run_provenance(run_dirs, script, argv):
     """What a study of these runs' checkpoints names in its JSON so that it regenerates (records/README.md): its
     command, the code's commit and the sha256 of each checkpoint read (early_exit.py, eval.py, analyze.py)."""
-    from sweep import provenance  # (sweep.py imports this file)
     return provenance([checkpoint_of(d) for d in run_dirs], ["python", script] + list(argv))
 
 
@@ -423,8 +423,8 @@ def save_sharded(path, model, optimizer, run_state, master):
     """Every rank writes its shards of the weights and the optimizer state (DCP) into path.tmp, rank 0 adds run.pt
     (the rest of what ckpt.pt holds), then replace_dir swaps it in: a kill -9 at any moment leaves a complete
     checkpoint (clean_up_after_kill). Before the first optimizer step there is no optimizer state to save."""
-    import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict
+    import torch.distributed.checkpoint as dcp  # heavy (most of a second): --fsdp checkpoints only
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict  # (--fsdp only)
     tmp = path + ".tmp"
     parts = optimizer_parts(optimizer)
     state = {"model": get_model_state_dict(model)}
@@ -457,8 +457,8 @@ def load_sharded(path, model, optimizer, optimizer_saved):
     """Each rank reads its shards of the checkpoint directory into the sharded model and optimizer (DCP reshards
     when the number of ranks changed). The optimizer state is taken (initialised by torch) before the weights are
     set, so that its initialising step cannot touch them."""
-    import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import (get_model_state_dict, get_optimizer_state_dict,
+    import torch.distributed.checkpoint as dcp  # heavy (most of a second): --fsdp checkpoints only
+    from torch.distributed.checkpoint.state_dict import (get_model_state_dict, get_optimizer_state_dict,  # (--fsdp only)
                                                          set_model_state_dict, set_optimizer_state_dict)
     parts = optimizer_parts(optimizer)
     state = {"model": get_model_state_dict(model)}

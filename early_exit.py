@@ -13,12 +13,13 @@ Pareto frontier of each criterion. Perplexity at 5/10/20/30% saved is interpolat
 perplexity) between neighbouring points of the Pareto frontier: mixing the two thresholds token by token at random
 achieves exactly that point.
 
-Elastic depth (Jeddi et al. 2026, arXiv:2602.11451, §4.4), --mode=elastic: elastic.py's study of every budget and
+Elastic depth (Jeddi et al. 2026, arXiv:2602.11451, §4.4), --mode=elastic: the study of every budget and
 every schedule of one.
 
 Decoding speed (--mode=bench): tokens per second of exits.generate_with_exit at thresholds that reach 10% and 30%
 FLOPs saved on the validation set, against full depth, beside the speed-up the executed FLOPs predict.
 """
+import itertools
 import json
 import math
 import os
@@ -29,13 +30,13 @@ from contextlib import nullcontext
 import numpy as np
 import torch
 
-import elastic
 from checkpoint import load_model, run_provenance
-from configurator import ConfigError
+from configurator import ConfigError, configure
+from data import TokenData, default_data_dir, hf_of
 from distributed import use_device
 from exits import (CRITERIA, FILLS, check_criterion, decode_criteria, decode_flops, depth_labels, exit_candidates,
                    exit_costs, generate_with_exit, log_probs, readout, scored_candidates, threshold_exits)
-from figures import layout, readable
+from plots import layout, readable
 
 TARGETS = (0.05, 0.10, 0.20, 0.30)  # FLOPs-saved levels of Lee et al.'s table
 
@@ -178,6 +179,121 @@ def benchmark_decoding(model, prompts, new_tokens, taus, criterion="entropy", fi
 
 
 # ---------------------------------------------------------------------------------------------------------------
+# Elastic depth (Jeddi et al. 2026, arXiv:2602.11451, §3.2 and §4.4), --mode=elastic:
+# evaluate a looped model at every budget M <= L with the uniform schedule (or a given one) and enumerate every
+# schedule of a budget: the compositions of L into M parts, step sizes k/L (C(L-1, M-1) of them); report the spread
+# and the winners. loop.py runs a schedule (its elastic depth); this section chooses and scores them.
+
+def compositions(L, M):
+    """Every ordered way to write L as M positive integers (a schedule of M steps of sizes k/L summing to 1);
+    C(L-1, M-1) of them, in lexicographic order of the cut points."""
+    if not 1 <= M <= L:
+        raise ValueError(f"a budget M must satisfy 1 <= M <= L, got M={M}, L={L}")
+    out = []
+    for cuts in itertools.combinations(range(1, L), M - 1):
+        edges = (0,) + cuts + (L,)
+        out.append(tuple(b - a for a, b in zip(edges, edges[1:])))
+    return out
+
+
+def schedule_steps(text):
+    """'4,2,1,1' -> (4, 2, 1, 1): positive integers, or one line saying what a schedule is."""
+    try:
+        steps = tuple(int(s) for s in text.replace(" ", "").split(",") if s)
+    except ValueError:
+        steps = ()
+    if not steps or any(s <= 0 for s in steps):
+        raise ConfigError(f"config error: --schedule={text!r} must be positive integers, comma-separated (steps in "
+                          "units of 1/n_loop), e.g. 4,2,1,1")
+    return steps
+
+
+def parse_schedule(text, L):
+    """'4,2,1,1' (units of 1/L) -> (4, 2, 1, 1), checked to sum to L."""
+    steps = schedule_steps(text)
+    if sum(steps) != L:
+        raise ConfigError(f"--schedule={text!r} must be positive integers (units of 1/{L}) summing to "
+                          f"n_loop={L}")
+    return steps
+
+
+@torch.no_grad()
+def schedule_loss(model, batches, schedule):
+    """Mean validation NLL of the model run with `schedule` (step sizes summing to 1, one pass each; loop.py's
+    elastic depth). A one-pass model has the one schedule [1.0]: it is the fixed-depth baseline at M = 1."""
+    total, n = 0.0, 0
+    dev = next(model.parameters()).device
+    for x, y in batches:
+        total += model(x.to(dev), y.to(dev), schedule=list(schedule))[1].item() * x.numel()
+        n += x.numel()
+    return total / n
+
+
+def elastic_study(model, batches, budget=0, schedule=None, progress=True):
+    """Perplexity at every budget M <= L (uniform steps 1/M, or the given schedule for its own length) and, for
+    `budget`, at every composition of L into that many steps: spread and the best and worst schedules."""
+    L = model.config.n_loop
+    batches = list(batches)
+    result = dict(L=L, budgets={})
+    for M in range(1, L + 1):
+        sched = [1.0 / M] * M
+        result["budgets"][M] = math.exp(schedule_loss(model, batches, sched))
+        if progress:
+            print(f"  M={M}: ppl {result['budgets'][M]:.3f}", file=sys.stderr)
+    if schedule:
+        result["schedule"] = dict(steps=schedule, ppl=math.exp(schedule_loss(model, batches,
+                                                                         [s / L for s in schedule])))
+    if budget:
+        rows = []
+        for comp in compositions(L, budget):
+            rows.append(dict(steps=comp, ppl=math.exp(schedule_loss(model, batches, [s / L for s in comp]))))
+        rows.sort(key=lambda r: r["ppl"])
+        result["all_schedules"] = rows
+        result["spread"] = rows[-1]["ppl"] - rows[0]["ppl"]
+        result["best"], result["worst"] = rows[:5], rows[-5:]
+        # do winners take larger steps early? (Jeddi et al.: coarse early, fine late) mean first-half minus
+        # second-half step size over the top fifth
+        top = rows[:max(1, len(rows) // 5)]
+        result["front_loading_of_best"] = float(np.mean([np.mean(r["steps"][:budget // 2 or 1]) -
+                                                         np.mean(r["steps"][budget // 2:]) for r in top]))
+    return result
+
+
+def draw_elastic(results):
+    """Perplexity at each budget M (uniform steps), one line per model; and for a model studied at one budget, every
+    schedule of that budget, best to worst (dots: the spread is small against the perplexity, so no bars cut short)."""
+    import matplotlib  # heavy: only when a figure is drawn
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # (figures only)
+    with_schedules = [(n, r) for n, r in results.items() if "all_schedules" in r]
+    fig, axes = plt.subplots(1, 1 + len(with_schedules), figsize=(5.5 * (1 + len(with_schedules)), 4.2),
+                             squeeze=False)
+    ax = axes[0][0]
+    for name, r in results.items():
+        Ms = sorted(r["budgets"], key=int)
+        ax.plot([int(m) for m in Ms], [r["budgets"][m] for m in Ms], "o-", label=readable(name))
+    ax.set_xticks(sorted({int(m) for r in results.values() for m in r["budgets"]}))
+    ax.set_xlabel("budget M (loop steps, uniform schedule)")
+    ax.set_ylabel(readable("val_ppl"))
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    for ax, (name, r) in zip(axes[0][1:], with_schedules):
+        rows = sorted(r["all_schedules"], key=lambda row: row["ppl"])
+        ax.plot(range(1, len(rows) + 1), [row["ppl"] for row in rows], "o", color="C0")
+        if len(rows) <= 12:  # few enough to name each schedule by its steps (units of 1/L)
+            for k, row in enumerate(rows, 1):
+                ax.annotate("+".join(map(str, row["steps"])), (k, row["ppl"]), fontsize=7, xytext=(3, 3),
+                            textcoords="offset points")
+        ax.set_title(f"{readable(name)}: every schedule of {len(rows[0]['steps'])} steps (in 1/{r['L']})",
+                     fontsize=9)
+        ax.set_xlabel("schedule, best to worst (rank)")
+        ax.set_ylabel(readable("val_ppl"))
+        ax.grid(alpha=0.3)
+    layout(fig)
+    return fig
+
+
+# ---------------------------------------------------------------------------------------------------------------
 # command line
 
 ckpt = ""  # run directory (or ckpt.pt); several as a comma-separated list, one curve each
@@ -221,7 +337,6 @@ def load_runs(cfg):
 
 
 def validation(cfg, runs):
-    from data import TokenData, default_data_dir, hf_of
     tc = runs[0][3].get("train_config", {})
     data_dir = cfg["data_dir"] or tc.get("data_dir") or default_data_dir(tc.get("data_source", "offline"),
                                                                          tc.get("tokenizer", "gpt2"), hf_of(tc))
@@ -267,9 +382,9 @@ def print_table(results, key):
 def draw_exits(results):
     """The Pareto frontiers of an exit study: perplexity against the FLOPs saved, in Lee et al.'s measure (depth
     skipped) and in true FLOPs (exit checks included), one line per model (and criterion); a star at full depth."""
-    import matplotlib
+    import matplotlib  # heavy: only when a figure is drawn
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # (figures only)
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
     styles, markers = ["-", "--", ":", "-."], "os^vDx"
     one_model = len(results) == 1
@@ -296,7 +411,7 @@ def draw_exits(results):
 
 def save_figure(fig, path):
     fig.savefig(path, dpi=130)
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # (figures only)
     plt.close(fig)
 
 
@@ -329,7 +444,7 @@ def redraw_study(path):
     try:
         with open(path) as f:
             results = json.load(f)["results"]
-        draw = draw_exits if all("criteria" in r for r in results.values()) else elastic.draw_elastic
+        draw = draw_exits if all("criteria" in r for r in results.values()) else draw_elastic
         fig = draw(results)
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         raise ConfigError(f"early_exit.py --redraw: {path} is not an exit or elastic study's JSON ({e})") from None
@@ -340,7 +455,6 @@ def redraw_study(path):
 
 
 def main(argv=None):
-    from configurator import configure
     argv = sys.argv[1:] if argv is None else list(argv)
     # the command-line keys are the lower-case simple globals above (constants are upper case)
     defaults = {k: v for k, v in globals().items() if k.islower() and not k.startswith("_")}
@@ -363,8 +477,8 @@ def main(argv=None):
             if cfg["mode"] == "exit":
                 results[name] = evaluate_exits(model, batches, crits, cfg["every_layer"], cfg["n_tau"])
             elif cfg["mode"] == "elastic":  # budget and schedule checked (check_models)
-                sched = elastic.parse_schedule(cfg["schedule"], model.config.n_loop) if cfg["schedule"] else None
-                results[name] = elastic.elastic_study(model, batches, cfg["budget"], sched)
+                sched = parse_schedule(cfg["schedule"], model.config.n_loop) if cfg["schedule"] else None
+                results[name] = elastic_study(model, batches, cfg["budget"], sched)
             else:
                 results[name] = bench_one(cfg, model, batches, data, crits[0] if crits else "entropy")
     meta = dict(config=cfg, tokens=sum(x.numel() for x, _ in batches), block_size=T,
@@ -382,7 +496,7 @@ def main(argv=None):
                 rows = r["all_schedules"]
                 for row in rows if len(rows) <= 8 else rows[:5] + rows[-2:]:
                     print(f"  {str(row['steps']):24s} {row['ppl']:.3f}")
-        save_figure(elastic.draw_elastic(results), prefix + ".png")
+        save_figure(draw_elastic(results), prefix + ".png")
     else:
         for name, rows in results.items():
             print(f"\n{name}: decoding {cfg['new_tokens']} tokens x {cfg['bench_batch']} ({cfg['fill']} fill)")
@@ -418,7 +532,7 @@ def check_settings(cfg):
     if any(not tau >= 0 for tau in taus):
         raise ConfigError(f"config error: --taus={cfg['taus']!r} must be comma-separated thresholds >= 0")
     if cfg["schedule"]:
-        elastic.schedule_steps(cfg["schedule"])
+        schedule_steps(cfg["schedule"])
     if cfg["mode"] == "bench" and cfg["bench_batch"] > cfg["batch_size"]:
         raise ConfigError(f"config error: --bench_batch={cfg['bench_batch']} is more than the --batch_size="
                           f"{cfg['batch_size']} rows it takes its prompts from: raise --batch_size")
@@ -442,7 +556,7 @@ def check_models(cfg, runs, T):
                 raise ConfigError(f"early_exit.py: --budget={cfg['budget']}: {name} has n_loop={L}; a budget M "
                                   f"must satisfy 1 <= M <= {L} (0: the per-budget curve only)")
             if cfg["schedule"]:
-                elastic.parse_schedule(cfg["schedule"], L)
+                parse_schedule(cfg["schedule"], L)
 
 
 def bench_one(cfg, model, batches, data, criterion):

@@ -7,7 +7,7 @@ Downstream evaluation: the papers' task suites, scored the way lm-evaluation-har
     python eval.py config/eval_schwethelm.py --ckpt=out/r1,out/r4 --data_dir=evaldata --loops=1,2,4,8
     python eval.py --ckpt=out/looped --tasks=probes,perplexity --text=val --loops=1,2,4 --exit_tau=0.5,1
     python eval.py --fetch --tasks=lee_core9,loopformer --data_dir=evaldata       # on a connected machine
-    python eval.py --harness --tasks=hellaswag,gsm8k --ckpt=out/run --loops=4     # lm-eval-harness's own tasks
+    python -m hf.harness --tasks=hellaswag,gsm8k --ckpt=out/run --loops=4  # lm-eval-harness's tasks, these keys
     python eval.py --bench --ckpt=out/run                                         # shared-context cache speed
 
 Writes eval.json (every number) and eval.png (score vs FLOPs per token, a panel per task, a line per model) into
@@ -62,7 +62,7 @@ The depth axis. Every task and metric runs at
                     trajectory in units of 1/L)
   --exit_tau=...    training-free early exit at the trained depth with exits.py's criteria (--criterion)
 A plain (unlooped) model has one depth; it gets exits at every layer. Each setting reports the score against the
-forward FLOPs executed per token, from scaling.py's accounting (exits.step_flops): 2 per active parameter of
+forward FLOPs executed per token, from accounting.py (exits.step_flops): 2 per active parameter of
 each step that ran, 4*h*q*(its causal context) attention per step, the head for every position whose prediction is
 scored (and every readout an exit criterion evaluated), and the KV fills of exits; averaged over every real token
 the model ran (a shared prefix counts once, padding never).
@@ -88,9 +88,10 @@ Data: online, each task loads its Hugging Face dataset (the ids, configs and spl
 definitions) through `datasets`; offline, --data_dir=DIR reads DIR/<task>/<split>.jsonl (or .parquet), which
 `--fetch` writes on a connected machine. The generated probes need no data.
 
-lm-evaluation-harness: --harness runs the harness's own task definitions on this file's Scorer, through the model
-class of harness.py.
+lm-evaluation-harness: `python -m hf.harness` runs the harness's own task definitions on this file's Scorer, through
+its model class (hf/harness.py).
 """
+import difflib
 import json
 import math
 import os
@@ -107,8 +108,9 @@ import torch
 import early_exit
 
 import exits
-import elastic
-from configurator import ConfigError
+import configurator
+from configurator import ConfigError, configure, run
+from data import TokenData, default_data_dir, get_tokenizer, match_files, open_stream
 from exits import log_probs
 from checkpoint import run_provenance
 from distributed import use_device
@@ -125,7 +127,6 @@ SHARED_SLACK = 0.1  # items whose shared prefixes differ by at most this fractio
 
 def text_documents(source, tokenizer, run_state, max_tokens):
     """(label, documents as token lists) of a held-out text source, at most max_tokens tokens."""
-    from data import TokenData, default_data_dir, match_files, open_stream
     if source == "val":
         tc = run_state.get("train_config", {})
         data_dir = tc.get("data_dir") or default_data_dir(tc.get("data_source", "offline"), tokenizer.name)
@@ -210,7 +211,7 @@ def depth_settings(model, cfg):
                 raise ConfigError(f"eval.py: --budget={M}: an elastic budget M must satisfy 1 <= M <= n_loop={L}")
             out.append(Setting(f"budget={M}", M))
         if cfg["schedule"]:
-            steps = elastic.parse_schedule(cfg["schedule"], L)
+            steps = early_exit.parse_schedule(cfg["schedule"], L)
             out.append(Setting(f"schedule={cfg['schedule']}", [s / L for s in steps]))
     else:
         out.append(Setting("full", None))
@@ -664,9 +665,9 @@ METRIC_NAMES = {"acc": "accuracy (fraction)", "acc_norm": "accuracy, length-norm
 def draw(results, plan):
     """One panel per task (its primary metric) and per suite (its mean): each model's depth settings against the
     forward FLOPs per token they executed."""
-    import matplotlib
+    import matplotlib  # heavy: only when a figure is drawn
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # (figures only)
     panels = list(dict.fromkeys((n, m) for n, _, m, _, _ in plan))
     suites = sorted({s for _, _, _, _, s in plan if s and s not in {n for n, _ in panels}})
     suite_metric = {s: m for _, _, m, _, s in plan if s}
@@ -705,7 +706,7 @@ def draw(results, plan):
 def plot(results, plan, path):
     fig = draw(results, plan)
     fig.savefig(path, dpi=120)
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # (figures only)
     plt.close(fig)
 
 
@@ -736,16 +737,13 @@ dtype = "float32"  # float32 | bfloat16 (autocast)
 out_dir = ""  # where eval.json / eval.png (bench.json, eval_harness.json) go; "" = the first run's directory
 progress = True  # a status line per task (rate and ETA) on stderr
 fetch = False  # download every split the tasks read into data_dir (on a connected machine), then stop
-harness = False  # run lm-evaluation-harness's own tasks (--tasks: harness names, name:shots) on our model class
-include_path = ""  # --harness: a folder of local task YAMLs
-harness_defaults = True  # --harness: also index the harness's own tasks (False: only include_path, much faster)
+harness = False  # lm-evaluation-harness's own tasks run from its adapter: python -m hf.harness (these keys and more)
 bench = False  # benchmark items/s on 4-choice items, shared-context cache vs each choice separately, then stop
 bench_items = 256  # bench: items per shape
 redraw = ""  # comma-separated eval JSONs this script wrote: draw their figures again beside them, and stop
 
 
 def run_tokenizer(model, state):
-    from data import get_tokenizer
     tc = state.get("train_config", {}) if isinstance(state, dict) else {}
     tok = get_tokenizer(tc.get("tokenizer", "byte"))
     if tok.n_vocab != model.config.vocab_size:
@@ -763,7 +761,6 @@ def plan_tasks(cfg):
         elif part in TASKS:
             plan.append((part, max(cfg["shots"], 0), TASKS[part].metric, part, ""))
         elif part != "perplexity":
-            import difflib
             close = difflib.get_close_matches(part, list(SUITES) + list(TASKS) + ["perplexity"], n=1)
             raise ConfigError(f"eval.py: unknown task or suite {part!r}" + (f"; did you mean {close[0]!r}?" if close
                                                                              else ""))
@@ -788,12 +785,7 @@ def check_settings(cfg):
     if any(not tau >= 0 for tau in taus):
         raise ConfigError(f"config error: --exit_tau={cfg['exit_tau']!r} must be thresholds >= 0, comma-separated")
     if cfg["schedule"]:
-        elastic.schedule_steps(cfg["schedule"])
-    if cfg["harness"]:
-        import harness
-        harness.harness_tasks(cfg["tasks"])
-        if cfg["include_path"] and not os.path.isdir(cfg["include_path"]):
-            raise ConfigError(f"config error: --include_path={cfg['include_path']} is not a folder (of task YAMLs)")
+        early_exit.schedule_steps(cfg["schedule"])
 
 
 def redraw_eval(path):
@@ -806,27 +798,34 @@ def redraw_eval(path):
         raise ConfigError(f"eval.py --redraw: {path} is not an eval.py JSON ({e})") from None
     png = os.path.splitext(path)[0] + ".png"
     fig.savefig(png, dpi=120)
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # (figures only)
     plt.close(fig)
     print(f"redraw: wrote {png}")
     return png
 
 
+def settings():
+    """This file's keys and their defaults (hf/harness.py takes them too)."""
+    return {k: v for k, v in globals().items() if k.islower() and not k.startswith("_") and isinstance(v, configurator.SIMPLE_TYPES)}
+
+
+def choices():
+    return dict(criterion=exits.decode_criteria(), exit_fill=exits.FILLS, dtype=("float32", "bfloat16"))
+
+
 def main(argv=None):
-    from configurator import configure
     argv = sys.argv[1:] if argv is None else list(argv)
-    defaults = {k: v for k, v in globals().items() if k.islower() and not k.startswith("_")}
-    cfg, _ = configure(defaults, None, argv, doc_source=__file__,
-                       choices=dict(criterion=exits.decode_criteria(), exit_fill=exits.FILLS,
-                                    dtype=("float32", "bfloat16")))
+    cfg, _ = configure(settings(), None, argv, doc_source=__file__,
+                       choices=choices())
     if cfg["redraw"]:  # a committed evaluation's figure, from its JSON alone
         return [redraw_eval(path) for path in cfg["redraw"].split(",")]
+    if cfg["harness"]:
+        raise ConfigError("eval.py --harness: lm-evaluation-harness's tasks run from its adapter, with these keys: "
+                          "python -m hf.harness --ckpt=out/run --tasks=hellaswag (or python -m hf.harness "
+                          "config/eval_loopmoe.py --ckpt=...)")
     check_settings(cfg)
     cfg["device"] = use_device(cfg)
     torch.manual_seed(cfg["seed"])
-    if cfg["harness"]:
-        import harness  # lm-evaluation-harness's adapter (harness.py); lm_eval itself loads only there
-        return harness.main_harness(cfg)
     plan = plan_tasks(cfg)
     if not plan and "perplexity" not in cfg["tasks"].split(","):
         raise ConfigError(f"eval.py: --tasks={cfg['tasks']!r} names no task: give suites or tasks, comma-separated "
@@ -909,5 +908,4 @@ def main_bench(cfg, runs, prefix, auto):
 
 
 if __name__ == "__main__":
-    from configurator import run
     run(main)

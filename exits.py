@@ -25,7 +25,7 @@ earlier ones (as in the paper, which counts FLOPs only); decoding (generate_with
 
 Compute saved, two ways (both per token, averaged over tokens):
   depth   1 - (effective layers run) / (effective depth): the paper's measure (a coda always runs)
-  flops   1 - F_exit / F_full with forward FLOPs from scaling.py's accounting (2 per active parameter + attention
+  flops   1 - F_exit / F_full with forward FLOPs from accounting.py (2 per active parameter + attention
           over the mean causal context), where F_exit adds every readout the criterion evaluated (the head, and
           the coda for models with one) and F_full is one plain forward (one readout)
 
@@ -44,8 +44,9 @@ from collections import namedtuple
 import numpy as np
 import torch
 import torch.nn.functional as F
+from torch.utils.flop_counter import FlopCounterMode
 
-import scaling
+import accounting
 from loop import is_looped, last
 from model import Label
 
@@ -76,11 +77,11 @@ def exit_candidates(model, labels, every_layer=False):
 def step_flops(model, labels, context, decoding=False, schedule=None):
     """Forward FLOPs per token: (list per effective step, one head, one K/V fill, everything else), for the walk
     at `schedule` whose `labels` these are.
-    From scaling.py's units: a step costs 2 * active params of its block + 4*h*q*context (QK^T and AV; decoding:
+    From accounting.py's units: a step costs 2 * active params of its block + 4*h*q*context (QK^T and AV; decoding:
     the h*q of a cached step, MLA's latent-space width); the head 2 * its params; `other` is what else a forward
     runs per token (modules outside the blocks, hyper-connection mixing), charged in full to every exit
     (conservative). A fill costs the cache-entry projections of one layer."""
-    units = scaling.compute_units(model, training=False, schedule=schedule)
+    units = accounting.compute_units(model, training=False, schedule=schedule)
     by_name = {u.name: u for u in units}
     first = {}  # a module shared across steps is unit blocks.<first position>
     for i, b in enumerate(model.blocks):
@@ -90,16 +91,15 @@ def step_flops(model, labels, context, decoding=False, schedule=None):
         u = by_name[f"blocks.{first[id(model.blocks[lab.layer])]}"]
         steps.append(2.0 * u.active + 4.0 * (u.decode_attn_width if decoding else u.attn_width) * context)
     head = 2.0 * by_name["lm_head"].active
-    # the steps come from the walk's labels; their sum + head + other = scaling.forward_flops_per_token (tested)
+    # the steps come from the walk's labels; their sum + head + other = accounting.forward_flops_per_token (tested)
     other = sum(2.0 * u.fwd * u.active for u in units if u.kind == "other")
-    other += scaling.between_pass_flops(model, train=False, schedule=schedule)
+    other += accounting.between_pass_flops(model, train=False, schedule=schedule)
     return steps, head, kv_fill_flops(model), other
 
 
 def kv_fill_flops(model):
     """Matmul FLOPs of one token's cache entry in one layer (what a propagate fill runs: keys and values, or MLA's
     latent), as counted by torch's FlopCounterMode."""
-    from torch.utils.flop_counter import FlopCounterMode
     attn = model.blocks[-1].attn
     p = next(model.parameters())
     x = torch.zeros(1, 1, model.config.n_embd, device=p.device, dtype=p.dtype)

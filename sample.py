@@ -9,7 +9,7 @@ from configurator import ConfigError, configure, run
 from data import get_tokenizer
 from checkpoint import load_model
 from distributed import use_device
-from exits import FILLS as _FILLS, decode_criteria  # (underscored: a module constant, not a key)
+from exits import FILLS as _FILLS, decode_criteria, generate_with_exit, summarize_generation  # (_FILLS: not a key)
 
 ckpt = "out/default"  # run directory (or path to a ckpt.pt) written by train.py
 prompt = "\n"  # text to continue; "FILE:path" reads it from a file
@@ -60,7 +60,6 @@ def main(argv=None):
         if cfg["exit_criterion"] == "none":
             out = model.generate(idx, n, temperature=cfg["temperature"], top_k=cfg["top_k"] or None, generator=g)
         else:  # one sample at a time: a batch can only exit where all of its rows may
-            from exits import generate_with_exit, summarize_generation
             rows = []
             for i in range(idx.size(0)):
                 res = generate_with_exit(model, idx[i:i + 1], n, cfg["exit_criterion"], cfg["exit_tau"],

@@ -14,7 +14,7 @@ import string
 from collections import namedtuple
 
 from configurator import ConfigError
-from data import json_lines
+from data import hub_unreachable, json_lines
 
 # =====================================================================================================================
 # tasks: a dataset row -> a doc (query and answers as strings) -> requests (context, continuation) as the harness
@@ -268,7 +268,7 @@ def requests(task, d, shots=()):
 
 def read_rows(path):
     if path.endswith(".parquet"):
-        import pyarrow.parquet as pq
+        import pyarrow.parquet as pq  # optional: parquet files only
         return pq.read_table(path).to_pylist()
     return [row for _, row in json_lines(path, "mend the line or fetch the split again (--fetch)", "eval.py: ")]
 
@@ -287,13 +287,12 @@ def task_rows(task, split, data_dir):
         raise ConfigError(f"eval.py: no rows for {task.name} in {data_dir}/{task.name}/{split}.jsonl (dataset "
                           f"{task.path}{'/' + task.config if task.config else ''}, split {split}); on a connected "
                           f"machine: {fetch_command([task.name], data_dir)}")
-    from data import hub_unreachable
     why = hub_unreachable()
     if why:
         raise ConfigError(f"eval.py: {task.name} needs {task.path} (split {split}) from the Hugging Face Hub, but "
                           f"{why}; on a connected machine run {fetch_command([task.name], 'DIR')} and pass "
                           "--data_dir=DIR here")
-    import datasets
+    import datasets  # heavy (seconds): Hub data only
     return list(datasets.load_dataset(task.path, task.config, split=split))
 
 
@@ -318,7 +317,7 @@ def task_docs(task, split, data_dir, seed, n=PROBE_ITEMS):
 
 def download(names, data_dir):
     """Write DIR/<task>/<split>.jsonl for every split a task reads (eval and few-shot), from the Hub."""
-    import datasets
+    import datasets  # heavy (seconds): Hub data only
     for name in names:
         task = TASKS[name]
         if task.path is None:

@@ -24,10 +24,11 @@ result.json.
 import torch
 import torch.distributed as dist
 
+import accounting
 import kernels
-import scaling
 from checkpoint import (Checkpoints, SignalStop, check_training, checkpoint_path, load_sharded,
                         no_empty_run_dir_on_refusal, open_run)
+import configurator
 from configurator import configure, run
 from data import Prefetcher, load_for_run, to_device, training_vocab
 from distributed import checkpoint_blocks, compile_blocks, is_sharded, setup, shard_model, wrap_ddp
@@ -63,8 +64,8 @@ verify_data = False  # also check large token files against meta.json's sha256 (
 batch_size = 16  # sequences per micro-batch (per rank)
 grad_accum = 1  # micro-batches per step across ALL ranks (must be divisible by the number of ranks)
 max_iters = 800  # optimizer steps (ignored when flops_budget > 0)
-flops_budget = 0.0  # if > 0: train for budget / (FLOPs per token) tokens (scaling.py accounting)
-flops_convention = "lee"  # lee (6*N_active) | schwethelm (6*executed params + attention), see scaling.py
+flops_budget = 0.0  # if > 0: train for budget / (FLOPs per token) tokens (accounting.py)
+flops_convention = "lee"  # lee (6*N_active) | schwethelm (6*executed params + attention), see accounting.py
 optimizer = "adamw"  # adamw | muonh (MuonH on matrices + AdamW on the rest, Schwethelm et al.)
 lr = 3e-3  # peak learning rate (base LR: muP and the other rules scale it per parameter group)
 schedule = "wsd_sqrt"  # wsd_sqrt | wsd_linear | cosine | linear | constant
@@ -91,6 +92,12 @@ seed = 1337  # seeds the init and the batch order
 _CHOICES = dict(tokenizer=("auto", "byte", "gpt2"), flops_convention=("lee", "schwethelm"),
                 optimizer=("adamw", "muonh"), schedule=("wsd_sqrt", "wsd_linear", "cosine", "linear", "constant"),
                 dtype=("auto", "float32", "bfloat16", "float16"), wandb_mode=("online", "offline"))
+
+
+def defaults():
+    """This file's own keys and their defaults (the settings above, as main() reads them): `scaling.py count` accepts
+    them, and the sweeps' planner (lab/sweep.py) parses a point exactly as a run will, stopping on a bad key first."""
+    return {k: v for k, v in globals().items() if not k.startswith("_") and isinstance(v, configurator.SIMPLE_TYPES)}
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -156,7 +163,7 @@ def steps_for(cfg, raw_model):
     """(optimizer steps, tokens per step, FLOPs per token in the run's convention): max_iters, or the steps that
     spend flops_budget."""
     T = raw_model.config.block_size
-    flops_per_token = scaling.flops_per_token(raw_model, cfg["flops_convention"], T)
+    flops_per_token = accounting.flops_per_token(raw_model, cfg["flops_convention"], T)
     tokens_per_step = cfg["batch_size"] * T * cfg["grad_accum"]
     if cfg["flops_budget"] > 0:
         return max(1, round(cfg["flops_budget"] / flops_per_token / tokens_per_step)), tokens_per_step, flops_per_token
@@ -165,8 +172,7 @@ def steps_for(cfg, raw_model):
 
 def main(argv=None):
     # ---- settings: this file's keys, GPTConfig's, a config file, --key=value; the run directory checked ----
-    defaults = {k: v for k, v in globals().items() if not k.startswith("_")}
-    cfg, model_cfg = configure(defaults, GPTConfig, argv, doc_source=__file__, choices=_CHOICES)
+    cfg, model_cfg = configure(defaults(), GPTConfig, argv, doc_source=__file__, choices=_CHOICES)
     check_training(cfg)  # the training keys configure() cannot judge alone: checkpoint.py
     env = setup(cfg)  # processes (torchrun), device, precision, threads: distributed.py
     cfg["tokenizer"], model_cfg.vocab_size = training_vocab(cfg["tokenizer"], model_cfg.vocab_size, env.say)

@@ -18,13 +18,16 @@ import json
 import math
 import os
 import re
+import subprocess
 import sys
 
 import numpy as np
+import scipy.stats
 
-from configurator import ConfigError
-from records import lookup
-from verdicts import seed_number
+from configurator import ConfigError, run
+from lab.records import lookup
+from lab.sweep import REPO, grid_points, load_spec, read_results, record_files, rule_snapshot, sweep_dir
+from lab.verdicts import seed_number
 
 FINDINGS = "records/campaign/findings.json"
 POWER = 0.8  # the power every design is planned for
@@ -42,7 +45,6 @@ GPU_STEP_S, GPU_START_S, GPU_RUNS_AT_ONCE = 0.015, 30.0, 4
 def sd_upper(sd, n, confidence=SD_BOUND):
     """The upper one-sided `confidence` bound on a normal population's sd from a sample sd of n values:
     sd sqrt((n - 1) / chi2_{1 - confidence}(n - 1)) (the chi-square interval for a variance)."""
-    import scipy.stats
     return sd * math.sqrt((n - 1) / scipy.stats.chi2.ppf(1 - confidence, n - 1))
 
 
@@ -51,7 +53,6 @@ def t_test_power(effect, sd, n, alpha, sides=2):
     and its sd is `sd`: P(T > q) + P(T < -q) with q = t_{1 - alpha/2} (sides=1: P(T > t_{1 - alpha})), T the
     noncentral t (Z + nc) / sqrt(V / df), nc = effect / (sd / sqrt n), V ~ chi2(df), df = n - 1: scipy's, or
     averaged over V where scipy's returns nan (it does for some moderate noncentralities)."""
-    import scipy.stats
     df, nc = n - 1, effect / (sd / math.sqrt(n))
     q = scipy.stats.t.ppf(1 - alpha / sides, df)
     fast = scipy.stats.nct.sf(q, df, nc) + (scipy.stats.nct.cdf(-q, df, nc) if sides == 2 else 0.0)
@@ -67,7 +68,6 @@ def tost_power(margin, sd, n, alpha):
     the 1 - 2 alpha interval mean +- q s / sqrt n must lie inside the margin, i.e. |mean| < margin - q s / sqrt n.
     Given s, that has probability 2 Phi((margin - q s / sqrt n) / (sd / sqrt n)) - 1 (when positive); s^2 is
     sd^2 V / (n - 1) with V ~ chi2(n - 1), averaged over V at CHI2_POINTS equally likely quantiles."""
-    import scipy.stats
     df = n - 1
     q = scipy.stats.t.ppf(1 - alpha, df)
     se = sd / math.sqrt(n)
@@ -80,7 +80,6 @@ CHI2_POINTS = 4000  # quantiles of V that average a probability over it: its err
 
 
 def chi2_quantiles(df):
-    import scipy.stats
     return scipy.stats.chi2.ppf((np.arange(CHI2_POINTS) + 0.5) / CHI2_POINTS, df)
 
 
@@ -154,7 +153,6 @@ def seed_cost(design):
     GPU-seconds estimated for them.
     An analysis without rows (analyze.py residual) gives its measured core_seconds_per_seed and where it was measured;
     it trains nothing a GPU would speed up, so it plans no GPU time."""
-    from sweep import read_results
     if not design.get("rows"):
         return float(design["core_seconds_per_seed"]), 0.0
     by_seed = {}
@@ -308,7 +306,6 @@ def main_plan(argv):
 def seeds_to_do(spec_path):
     """The seeds of a spec (its SEEDS) some point of which has no ok row yet (in its record file or its sweep's
     results.jsonl), in order."""
-    from sweep import grid_points, load_spec, read_results, record_files, sweep_dir
     spec = load_spec(spec_path)
     done = set()
     for path in record_files(spec) + [os.path.join(sweep_dir(spec), "results.jsonl")]:
@@ -325,8 +322,6 @@ def main_seeds(argv):
 def main_analyses(argv):
     """Run a spec's analyses(seed, run_dir, out) commands for one seed whose points all finished (--at_rule_commit:
     in the worktree of the spec's commit, as its runs); a failing command ends with its exit status."""
-    import subprocess
-    from sweep import REPO, load_spec, rule_snapshot, sweep_dir
     spec_path, seed = argv[0], int(argv[1])
     out = os.path.abspath(next(a.split("=", 1)[1] for a in argv if a.startswith("--out=")))
     spec = load_spec(spec_path)
@@ -399,5 +394,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    from configurator import run
     run(main)

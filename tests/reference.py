@@ -36,7 +36,7 @@ import early_exit as ee  # noqa: E402
 
 import exits  # noqa: E402
 import eval as ev  # noqa: E402
-import routing  # noqa: E402
+import moe  # noqa: E402
 import optim  # noqa: E402
 from data import get_tokenizer  # noqa: E402
 from distributed import native_bf16  # noqa: E402
@@ -135,7 +135,7 @@ def family_outputs(name):
         out["sampled"] = model.generate(prompt, 8, temperature=1.0, top_k=20,
                                         generator=torch.Generator().manual_seed(5))
         if model.config.n_expert:
-            with routing.record_routing(model) as records:
+            with moe.record_routing(model) as records:
                 model(x)
             for i, r in enumerate(records):
                 out[f"routing/{i}/{r['layer']}/{r['loop']}/experts"] = r["experts"]
@@ -261,13 +261,13 @@ CHECKPOINTS = ("plain", "looped", "prelude_coda_linear", "hyper_connections", "t
 
 def write_checkpoints(folder):
     """Tiny checkpoints in train.py's format (model, model_config, train_config) for the loading test."""
-    import scaling
+    import train
     os.makedirs(folder, exist_ok=True)
     for name in CHECKPOINTS:
         family = dict(FAMILIES[name], moe_d_ff=16 if "moe_d_ff" in FAMILIES[name] else 0)
         cfg = GPTConfig(**dict(TINY, n_embd=16, head_dim=8, n_layer=1), **family)
         model = GPT(cfg).init_weights(1)
-        train_config = dict(scaling.train_defaults(), tokenizer="byte")
+        train_config = dict(train.defaults(), tokenizer="byte")
         torch.save(dict(model=model.state_dict(), model_config=cfg.to_dict(), train_config=train_config, step=0),
                    os.path.join(folder, f"{name}.pt"))
 

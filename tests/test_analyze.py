@@ -14,8 +14,7 @@ import torch
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 import analyze  # noqa: E402
-import residual_growth  # noqa: E402
-import routing  # noqa: E402
+import moe  # noqa: E402
 from figure_checks import figure_problems  # noqa: E402
 from configurator import ConfigError  # noqa: E402
 from model import GPT, GPTConfig  # noqa: E402
@@ -101,7 +100,7 @@ def test_overlap_jaccard_unique():
     cats = analyze.overlap_categories(a, b)
     assert cats == pytest.approx({"identical": 0.25, "partial": 0.5, "disjoint": 0.25})
     assert analyze.expert_jaccard(a, b) == pytest.approx((1 + 1 / 3 + 0 + 1 / 3) / 4)
-    assert routing.unique_experts([a, b], 8) == pytest.approx([2.0, (2 + 3 + 4 + 3) / 4])
+    assert moe.unique_experts([a, b], 8) == pytest.approx([2.0, (2 + 3 + 4 + 3) / 4])
     with pytest.raises(ValueError, match="same shape"):
         analyze.overlap_categories(a, b[:, :1])
     x = torch.randn(5, 4)
@@ -111,12 +110,12 @@ def test_overlap_jaccard_unique():
 
 def test_residual_norm_and_increment_cosine():
     h = torch.full((2, 3, 4), 2.0)
-    assert residual_growth.residual_norm(h) == pytest.approx(2.0)
+    assert analyze.residual_norm(h) == pytest.approx(2.0)
     g = torch.Generator().manual_seed(0)
     d = torch.randn(1, 3, 4, generator=g, dtype=torch.float64)
     e = torch.randn(1, 3, 4, generator=g, dtype=torch.float64)
     steps = [torch.zeros(1, 3, 4, dtype=torch.float64), d, 3 * d, 3 * d - e]  # increments d, 2d, -e
-    c = residual_growth.increment_cosine(steps)
+    c = analyze.increment_cosine(steps)
     ref = torch.nn.functional.cosine_similarity(d.flatten(), -e.flatten(), dim=0).item()
     np.testing.assert_allclose(c[:2, :2], 1.0, atol=1e-12)
     assert c[0, 2] == pytest.approx(ref, rel=1e-9) and c[2, 1] == pytest.approx(ref, rel=1e-9)
@@ -127,15 +126,15 @@ def test_residual_norm_and_increment_cosine():
 
 
 def test_theorem1_norm_growth():
-    r0 = residual_growth.theorem1_norms(16, 0.0, 64, 4, shared=True).mean().item()
-    r1 = residual_growth.theorem1_norms(16, 1.0, 64, 4, shared=True).mean().item()
+    r0 = analyze.theorem1_norms(16, 0.0, 64, 4, shared=True).mean().item()
+    r1 = analyze.theorem1_norms(16, 1.0, 64, 4, shared=True).mean().item()
     assert r0 > 20 * r1  # no scaling: the shared residual stream explodes
     assert 1.0 < r1 < 1.5  # 1/N scaling: bounded, near sqrt(1 + 1/2) from the prediction
-    assert r1 == pytest.approx(residual_growth.theorem1_prediction(16, 1.0), rel=0.15)
+    assert r1 == pytest.approx(analyze.theorem1_prediction(16, 1.0), rel=0.15)
     # the non-shared stack is bounded already with 1/sqrt(N), the shared one is not
-    ns = residual_growth.theorem1_norms(16, 0.5, 64, 4, shared=False).mean().item()
-    sh = residual_growth.theorem1_norms(16, 0.5, 64, 4, shared=True).mean().item()
-    assert ns == pytest.approx(residual_growth.theorem1_prediction(16, 0.5, shared=False), rel=0.15)
+    ns = analyze.theorem1_norms(16, 0.5, 64, 4, shared=False).mean().item()
+    sh = analyze.theorem1_norms(16, 0.5, 64, 4, shared=True).mean().item()
+    assert ns == pytest.approx(analyze.theorem1_prediction(16, 0.5, shared=False), rel=0.15)
     assert sh > 1.5 * ns
 
 
@@ -216,7 +215,7 @@ def test_dtype_and_threads_keys(tmp_path, looped_ckpt):
 def test_an_analysis_json_names_its_command_commit_and_checkpoints(tmp_path, looped_ckpt):
     """An analysis that may feed a verdict names what regenerates it (records/README.md): the command as run, the
     code's commit and the sha256 of each checkpoint read (early_exit.py's and eval.py's JSONs too, tested there)."""
-    from sweep import file_sha256
+    from lab.sweep import file_sha256
     run("jsd", tmp_path, f"--ckpt={looped_ckpt}")
     prov = json.loads((tmp_path / "out" / "jsd.json").read_text())["provenance"]
     ckpt = os.path.join(looped_ckpt, "ckpt.pt")
@@ -272,9 +271,9 @@ def test_theorem1_subcommand(tmp_path):
         assert [row["n_loop"] for row in rows] == [1, 2, 4, 8]
         for row in rows:
             n = row["n_loop"]
-            direct = residual_growth.theorem1_norms(n, alpha, 64, 8, shared).mean().item()
+            direct = analyze.theorem1_norms(n, alpha, 64, 8, shared).mean().item()
             assert row["mean"] == pytest.approx(direct, rel=1e-12)
-            predicted = residual_growth.theorem1_prediction(n, alpha, shared)
+            predicted = analyze.theorem1_prediction(n, alpha, shared)
             if shared and alpha < 1:
                 assert row["mean"] > 0.85 * predicted, (key, n)
             else:
@@ -335,11 +334,11 @@ def test_growth_exponent_is_wang_et_al_s_power_of_r():
     et al. 2026, arXiv:2606.18524, §5.1: none, 1/sqrt(R), 1/R); only the smallest and largest R count."""
     for power in (1.0, 0.5, 0.0):
         per_r = {str(r): {"norms": [9.0, 0.3 * r ** power]} for r in (32, 1, 4)}
-        assert residual_growth.growth_exponent(per_r) == pytest.approx(power)
+        assert analyze.growth_exponent(per_r) == pytest.approx(power)
     per_r = {"2": {"norms": [2.0]}, "8": {"norms": [1.0]}, "4": {"norms": [100.0]}}
-    assert residual_growth.growth_exponent(per_r) == pytest.approx(-0.5)
+    assert analyze.growth_exponent(per_r) == pytest.approx(-0.5)
     per_r = {"1": {"final": [1.0, 2.0]}, "4": {"final": [4.0, 4.0]}}  # seed by seed: 4 / 1 and 4 / 2 over 4
-    assert residual_growth.growth_exponent(per_r, "final") == pytest.approx([1.0, 0.5])
+    assert analyze.growth_exponent(per_r, "final") == pytest.approx([1.0, 0.5])
 
 
 def test_residual_protocol_optimizer_has_wang_settings():
@@ -348,7 +347,7 @@ def test_residual_protocol_optimizer_has_wang_settings():
     cfg = GPTConfig(n_layer=1, n_loop=4, n_embd=32, head_dim=16, vocab_size=64, block_size=16,
                     residual_scaling="linear")
     model = GPT(cfg).init_weights(0)
-    opt = residual_growth.adamw(model, dict(lr=2e-3, weight_decay=0.1, device="cpu"))
+    opt = analyze.adamw(model, dict(lr=2e-3, weight_decay=0.1, device="cpu"))
     assert isinstance(opt, torch.optim.AdamW)
     groups = model.param_groups()
     assert len(opt.param_groups) == len(groups) and any(g["lr_scale"] != 1 for g in groups)
@@ -385,23 +384,23 @@ def test_unique_experts_agrees_with_routing(looped_moe_ckpt):
     from checkpoint import load_model
     model, _ = load_model(looped_moe_ckpt)
     idx = torch.randint(64, (2, 16), generator=torch.Generator().manual_seed(0))
-    with torch.no_grad(), routing.record_routing(model) as records:
+    with torch.no_grad(), moe.record_routing(model) as records:
         model(idx)
     recs = analyze.routing_records(model, [idx])
     for layer, loops in analyze.loop_layers(recs).items():
-        ours = routing.unique_experts([recs[(layer, k)]["experts"] for k in loops], 4)
-        assert ours[-1] == pytest.approx(routing.unique_experts_per_token(records, 4)[layer])
+        ours = moe.unique_experts([recs[(layer, k)]["experts"] for k in loops], 4)
+        assert ours[-1] == pytest.approx(moe.unique_experts_per_token(records, 4)[layer])
 
 
 def test_nonshared_stack_and_loop_steps():
     cfg = GPTConfig(n_layer=2, n_embd=32, head_dim=16, block_size=16, vocab_size=64)
-    model = residual_growth.nonshared_model(cfg, 4, "sqrt")
+    model = analyze.nonshared_model(cfg, 4, "sqrt")
     assert len(model.blocks) == 8 and model.config.n_loop == 1
     assert torch.allclose(model.res_scales, torch.full((8,), 0.5))
     idx = torch.randint(64, (1, 16))
-    assert len(residual_growth.loop_steps(model, idx, every=2)) == 5  # h_0 + one state per copy of the 2-layer block
-    looped = analyze.GPT(residual_growth.looped_config(cfg, 4, "sqrt"))
-    assert len(residual_growth.loop_steps(looped, idx)) == 5 and len(looped.blocks) == 2
+    assert len(analyze.loop_steps(model, idx, every=2)) == 5  # h_0 + one state per copy of the 2-layer block
+    looped = analyze.GPT(analyze.looped_config(cfg, 4, "sqrt"))
+    assert len(analyze.loop_steps(looped, idx)) == 5 and len(looped.blocks) == 2
 
 
 def test_bad_input_messages(tmp_path, plain_ckpt):

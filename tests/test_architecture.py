@@ -6,7 +6,7 @@ import json
 import pytest
 from matplotlib.patches import Rectangle
 
-import architecture
+from tools import architecture
 from configurator import ConfigError
 from model import GPT, GPTConfig
 

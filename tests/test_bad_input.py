@@ -18,7 +18,7 @@ import checkpoint
 import train
 from configurator import ConfigError, configure
 from model import GPT
-from checks import CHOICES
+from model import CHOICES
 from model import GPTConfig
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

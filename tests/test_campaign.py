@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from lab import campaign
-from verdicts import tost
+from lab.verdicts import tost
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

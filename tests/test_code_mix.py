@@ -7,7 +7,7 @@ its groups of rows whose code differs or cannot be traced.
   function train.py never reaches as different code but the same code on train.py's path; a config file a row's
   command names (and the config it execs) is training code, and so is a file split out later that the model imports;
   a "+dirty" rev beside another is untraceable.
-- The committed records/code_mix.json equals what `python code_audit.py` computes now (a new row from another commit
+- The committed records/code_mix.json equals what `python -m lab.code_audit` computes now (a new row from another commit
   fails here until the audit is rerun and committed), and `--check` says so.
 - Every group whose `same_training_code` is not true is named in its record: a line holding the rows file's name
   (`NAME.jsonl`), then "seed S" and, before any other "seed", "from N commits" (N: its distinct `git_rev`s).
@@ -23,7 +23,7 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-import code_audit  # noqa: E402
+from lab import code_audit  # noqa: E402
 
 
 def git(repo, *args):
@@ -111,6 +111,32 @@ def test_a_file_split_out_later_and_imported_by_the_model_is_training_code(plant
     assert g["differs_run"] and list(g["differs_run"].values()) == [{"helpers.py": ["double"]}]
 
 
+def test_a_definition_moved_to_another_file_or_a_package_is_the_same_code(tmp_path):
+    """Issue 52's move: flops() leaves scaling.py for accounting.py, checks leave for the model's file, a helper goes
+    into a package; no definition's code changes, so no definition differs (only the lines that import them)."""
+    repo = tmp_path / "moved"
+    git(repo.parent, "init", "-q", str(repo))
+    train = "import model\nfrom scaling import flops\nfrom helpers import double\n\nprint(model.forward(1), flops(1), double(2))\n"
+    a = commit(repo, {"model.py": MODEL, "train.py": train, "scaling.py": SCALING,
+                      "helpers.py": "def double(x):\n    return x * 2\n"}, "before")
+    moved_train = train.replace("from scaling import", "from accounting import").replace("from helpers", "from lab.helpers")
+    b = commit(repo, {"accounting.py": "def flops(n):\n    return 6 * n\n", "scaling.py": SCALING.split("\n\n\n")[1],
+                      "train.py": moved_train, "lab/__init__.py": "", "lab/helpers.py": "def double(x):\n    return x * 2\n"},
+               "the move")
+    os.remove(repo / "helpers.py")
+    git(repo, "rm", "-q", "--cached", "helpers.py")
+    c = commit(repo, {}, "helpers.py removed")
+    repo_ = code_audit.Repo(str(repo))
+    assert "lab/helpers.py" in repo_.training_files(c) and "accounting.py" in repo_.training_files(c)
+    for later in (b, c):
+        files = sorted(repo_.training_files(a) | repo_.training_files(later))
+        assert repo_.diff(a, later, tuple(files)) == {"train.py": ["<imports>"]}
+    changed = commit(repo, {"accounting.py": "def flops(n):\n    return 6 * n + 1\n"}, "then its code changes")
+    files = sorted(repo_.training_files(a) | repo_.training_files(changed))
+    assert repo_.diff(a, changed, tuple(files)) == {"accounting.py": ["flops"], "scaling.py": ["flops"],
+                                                    "train.py": ["<imports>"]}
+
+
 def test_check_fails_on_a_stale_audit(planted, tmp_path):
     repo = planted[0]
     stale = tmp_path / "code_mix.json"
@@ -135,7 +161,7 @@ def test_the_committed_audit_is_today_s(today):
         committed = f.read()
     assert committed == code_audit.dumps(today), (
         "records/code_mix.json is not what code_audit.py finds in today's rows and history: "
-        "run `python code_audit.py`, name any new mixed group in its record (rule 9) and commit both")
+        "run `python -m lab.code_audit`, name any new mixed group in its record (rule 9) and commit both")
 
 
 def unnamed(result, read):

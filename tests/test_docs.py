@@ -18,7 +18,6 @@ substitution rules that make each command run in seconds (COURSE.md states them 
   README's install and test commands are .ci/run's own lines.
 """
 import ast
-import ast
 import contextlib
 import glob
 import importlib
@@ -105,6 +104,8 @@ def argv_of(text, previous=None):
     """The command's arguments with the placeholders resolved (the module docstring's rules); `...` in a command
     of the same script as the one before it stands for that one's arguments (`python train.py ... --resume`)."""
     args = [a for a in shlex.split(text, comments=True) if a != "--key=value"]
+    if args[1:2] == ["-m"]:  # python -m lab.fits ... is the file lab/fits.py's command
+        args = [args[0], args[2].replace(".", "/") + ".py"] + args[3:]
     if "..." in args:
         i = args.index("...")
         same = previous is not None and previous[:2] == args[:2]
@@ -136,8 +137,8 @@ def run_command(args, corpus):
     extra = cut_of(args) + (corpus if script == "train.py" else [])
     if script == "train.py" and "--resume" not in rest:
         extra.append("--overwrite=True")
-    module = importlib.import_module(script[:-3])
-    main = module.main_test if script == "fits.py" else module.main
+    module = importlib.import_module(script[:-3].replace("/", "."))
+    main = module.main_test if script == "lab/fits.py" else module.main
     with contextlib.redirect_stdout(io.StringIO()):
         try:
             main(rest + extra)
@@ -212,7 +213,8 @@ def test_every_command_block_runs(doc, section, data_dir, tmp_path, monkeypatch)
 
 def test_every_markdown_file_a_module_docstring_names_exists():
     """loop.py's docstring pointed to a DESIGN.md the repository never held."""
-    for path in sorted(glob.glob(os.path.join(REPO, "*.py"))):
+    for path in sorted(glob.glob(os.path.join(REPO, "*.py")) + glob.glob(os.path.join(REPO, "*", "__init__.py"))
+                       + [p for d in ("lab", "hf", "tools") for p in glob.glob(os.path.join(REPO, d, "*.py"))]):
         doc = ast.get_docstring(ast.parse(open(path, encoding="utf-8").read())) or ""
         for name in re.findall(r"[\w./-]*\w\.md\b", doc):
             assert os.path.exists(os.path.join(REPO, name)), f"{os.path.basename(path)}'s docstring names {name}"
@@ -225,10 +227,10 @@ COURSE = open(os.path.join(REPO, "COURSE.md")).read()
 
 
 def test_every_cited_function_and_test_exists():
-    cited = set(re.findall(r"`([a-z_0-9]+)\.py:([A-Za-z_][\w.]*)`", COURSE))
+    cited = set(re.findall(r"`((?:lab/|hf/|tools/)?[a-z_0-9]+)\.py:([A-Za-z_][\w.]*)`", COURSE))
     assert len(cited) >= 30
     for module, name in sorted(cited):
-        obj = importlib.import_module(module)
+        obj = importlib.import_module(module.replace("/", "."))
         for part in name.split("."):
             assert hasattr(obj, part), f"COURSE.md cites {module}.py:{name}, which does not exist"
             obj = getattr(obj, part)
@@ -313,11 +315,12 @@ layer.expert_load.copy_(torch.tensor([11.0, 9.0, 10.0, 10.0]))
 moe.update_biases(m)
 assert torch.allclose(layer.expert_bias, torch.tensor([-0.001, 0.001, 0.0, 0.0]))""",
     "06_stored_flops": f"""
+import accounting  # noqa: E402
 import scaling
 from model import GPT, GPTConfig
 plain, looped = (GPT(GPTConfig(n_layer=n, n_loop=r, {TINY})) for n, r in ((4, 1), (2, 2)))
-assert scaling.flops_per_token(looped, "stored") == scaling.flops_per_token(plain, "stored") / 2
-assert scaling.flops_per_token(looped, "lee") == scaling.flops_per_token(plain, "lee")
+assert accounting.flops_per_token(looped, "stored") == accounting.flops_per_token(plain, "stored") / 2
+assert accounting.flops_per_token(looped, "lee") == accounting.flops_per_token(plain, "lee")
 out = scaling.main_count(["--n_layer=2", "--n_loop=2", "--flops_convention=stored"])
 assert out["flops_convention"] == "stored\"""",
     "07_maxprob_exit": """
@@ -388,6 +391,8 @@ def test_exercise_solutions_apply_and_work(tmp_path):
         tree.mkdir()
         for f in glob.glob(os.path.join(REPO, "*.py")):
             shutil.copy(f, tree)
+        for package in ("lab", "hf", "tools"):  # scaling.py's command line stands on the lab
+            shutil.copytree(os.path.join(REPO, package), tree / package, ignore=shutil.ignore_patterns("__pycache__"))
         shutil.copytree(os.path.join(REPO, "course", "nano"), tree / "course" / "nano")  # lecture 2's is there
         r = subprocess.run(["git", "apply", patch], cwd=tree, capture_output=True, text=True)
         assert r.returncode == 0, f"{name}: {r.stderr}"

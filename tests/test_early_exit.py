@@ -17,8 +17,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 import data  # noqa: E402
 import early_exit as ee  # noqa: E402
+import accounting  # noqa: E402
 import exits  # noqa: E402
-import elastic  # noqa: E402
+
 from figure_checks import assert_drawn, figure_problems  # noqa: E402
 from configurator import ConfigError  # noqa: E402
 from model import GPT, GPTConfig, KVCache, Label  # noqa: E402
@@ -148,7 +149,7 @@ def test_step_costs_add_up_to_scalings_forward_flops():
                               n_shared_expert=1, moe_d_ff=16, moe_router="sigmoid", loop_cond="iteradaln")):
         labels = exits.depth_labels(model)
         steps, head, _, other = exits.step_flops(model, labels, 7.0)
-        assert sum(steps) + head + other == pytest.approx(scaling.forward_flops_per_token(model, seq_len=7.0))
+        assert sum(steps) + head + other == pytest.approx(accounting.forward_flops_per_token(model, seq_len=7.0))
 
 
 # -----------------------------------------------------------------------------------------------------------------
@@ -506,24 +507,24 @@ def test_schedule_enumeration_counts_compositions():
     for L in range(1, 13):
         total = 0
         for M in range(1, L + 1):
-            comps = elastic.compositions(L, M)
+            comps = ee.compositions(L, M)
             assert len(comps) == math.comb(L - 1, M - 1) == len(set(comps))
             assert all(len(c) == M and sum(c) == L and min(c) >= 1 for c in comps)
             total += len(comps)
         assert total == 2 ** (L - 1)
-    assert len(elastic.compositions(8, 4)) == 35 and len(elastic.compositions(12, 6)) == 462  # Jeddi et al., Fig. 5
-    assert elastic.compositions(4, 2) == [(1, 3), (2, 2), (3, 1)]
-    assert elastic.parse_schedule("4,2,1,1", 8) == (4, 2, 1, 1)
+    assert len(ee.compositions(8, 4)) == 35 and len(ee.compositions(12, 6)) == 462  # Jeddi et al., Fig. 5
+    assert ee.compositions(4, 2) == [(1, 3), (2, 2), (3, 1)]
+    assert ee.parse_schedule("4,2,1,1", 8) == (4, 2, 1, 1)
     with pytest.raises(ConfigError, match="summing to n_loop=8"):
-        elastic.parse_schedule("4,2,1", 8)
+        ee.parse_schedule("4,2,1", 8)
     with pytest.raises(ValueError, match="1 <= M <= L"):
-        elastic.compositions(4, 5)
+        ee.compositions(4, 5)
 
 
 def test_elastic_study_of_a_loopformer():
     model = tiny_looped(2, loop_cond="loopformer", cond_init="normal", n_loop=4)
     batches = [batch(0, B=2, T=16)]
-    r = elastic.elastic_study(model, batches, budget=2, schedule=(2, 1, 1), progress=False)
+    r = ee.elastic_study(model, batches, budget=2, schedule=(2, 1, 1), progress=False)
     x, y = batches[0]
     assert not hasattr(model, "schedule")  # nothing to restore: a schedule is an argument, never model state
     assert r["budgets"][4] == pytest.approx(math.exp(model(x, y)[1].item()), rel=1e-6)
@@ -538,9 +539,9 @@ def test_elastic_study_of_a_loopformer():
     # a one-pass model is the fixed-depth baseline at M = 1 (Table 1's rows trained at a budget): its own loss
     gpt = tiny_gpt()
     own = math.exp(gpt(x, y)[1].item())
-    assert elastic.elastic_study(gpt, batches, progress=False)["budgets"] == {1: pytest.approx(own, rel=1e-6)}
+    assert ee.elastic_study(gpt, batches, progress=False)["budgets"] == {1: pytest.approx(own, rel=1e-6)}
     with pytest.raises(ValueError, match="1 <= M <= L"):
-        elastic.elastic_study(gpt, batches, budget=2, progress=False)
+        ee.elastic_study(gpt, batches, budget=2, progress=False)
 
 
 # -----------------------------------------------------------------------------------------------------------------
@@ -572,7 +573,7 @@ def test_command_line_writes_json_png_and_table(tmp_path, capsys):
     res = json.load(open(f"{out}/early_exit_exit.json"))["results"]
     assert set(res) == {"A", "B", "C"} and res["A"]["tokens"] == 1024
     prov = json.load(open(f"{out}/early_exit_exit.json"))["meta"]["provenance"]  # what regenerates the study
-    from sweep import file_sha256
+    from lab.sweep import file_sha256
     assert prov["command"].startswith("python early_exit.py --ckpt=") and len(prov["code"].removesuffix("+dirty")) == 40
     assert prov["inputs"] == {os.path.join(r, "ckpt.pt"): file_sha256(os.path.join(r, "ckpt.pt")) for r in runs}
     assert os.path.getsize(f"{out}/early_exit_exit.png") > 1000
@@ -628,7 +629,7 @@ def test_committed_exit_and_elastic_figures_show_their_numbers_readably(kind, pa
     names, no bar axis cut short, no overlapping tick labels)."""
     import matplotlib.pyplot as plt
     results = json.load(open(path))["results"]
-    fig = (ee.draw_exits if kind == "exits" else elastic.draw_elastic)(results)
+    fig = (ee.draw_exits if kind == "exits" else ee.draw_elastic)(results)
     assert figure_problems(fig) == []
     if kind == "exits":
         points = [(100 * p[key], p["ppl"]) for r in results.values() for e in r["criteria"].values()

@@ -23,7 +23,7 @@ import early_exit as ee
 
 import exits
 import eval as ev
-import harness
+from hf import harness
 import tasks
 from configurator import ConfigError
 from data import get_tokenizer
@@ -487,11 +487,18 @@ def test_harness_unknown_task_is_one_line_naming_the_nearest(tmp_path):
                     train_config=dict(tokenizer="byte")), tmp_path / "ckpt.pt")
     (tmp_path / "yamls").mkdir()
     (tmp_path / "yamls" / "fx_mc.yaml").write_text(ADAPTER_YAMLS["fx_mc.yaml"].format(dir=tmp_path))
-    base = [f"--ckpt={tmp_path}", "--harness", "--harness_defaults=False", "--progress=False"]
+    base = [f"--ckpt={tmp_path}", "--harness_defaults=False", "--progress=False"]
     with pytest.raises(ConfigError, match=r"'fx_mcc' is not a task lm-evaluation-harness knows; nearest known: fx_mc"):
-        ev.main(base + ["--tasks=fx_mcc", f"--include_path={tmp_path / 'yamls'}"])
+        harness.main(base + ["--tasks=fx_mcc", f"--include_path={tmp_path / 'yamls'}"])
     with pytest.raises(ConfigError, match="no task is indexed"):
-        ev.main(base + ["--tasks=hellaswagg"])
+        harness.main(base + ["--tasks=hellaswagg"])
+
+
+def test_eval_py_harness_names_the_adapters_command():
+    """The harness runs from hf/ (issue 52: the reading path never imports a package): eval.py --harness is one line
+    naming the command, before any checkpoint is read."""
+    with pytest.raises(ConfigError, match=r"python -m hf\.harness --ckpt="):
+        ev.main(["--ckpt=out/nowhere", "--harness", "--tasks=hellaswag"])
 
 
 # -----------------------------------------------------------------------------------------------------------------
@@ -507,7 +514,7 @@ def test_command_line_writes_every_depth_setting(tmp_path):
                    f"--data_dir={FIXTURES}", "--limit=3", "--loops=1,3", "--exit_tau=3", f"--out_dir={out}",
                    "--progress=False"])
     saved = json.load(open(f"{out}/eval.json"))
-    from sweep import file_sha256  # the evaluation names what regenerates it: command, commit, checkpoint sha256
+    from lab.sweep import file_sha256  # the evaluation names what regenerates it: command, commit, checkpoint sha256
     ckpt = os.path.join(str(tmp_path), "ckpt.pt")
     assert saved["provenance"]["command"].startswith("python eval.py --ckpt=")
     assert saved["provenance"]["inputs"] == {ckpt: file_sha256(ckpt)}

@@ -5,7 +5,7 @@ There: logits bit for bit equal to ours (the run's CPU fast paths, on or off) fo
 generate at batch 1 and 2 equal to GPT.generate's (sample.py's) tokens and logits, and with an exit threshold to
 exits.generate_with_exit's (sample.py --exit_criterion=entropy); beam search with the cache equal to beam
 search without; the tokenizers equal to data.py's. And lm-evaluation-harness's `hf` model on an export gives
-eval.py --harness's scores at two loop counts. In this process: the remote code equals the repository's files but
+python -m hf.harness's scores at two loop counts. In this process: the remote code equals the repository's files but
 for the rewritten import lines, export -> import -> export is byte-identical (also from an --fsdp run's sharded
 checkpoint), the imported run is read by the scripts, and bad input is one line. The loading runs in as few
 processes as possible: importing transformers or lm_eval takes seconds."""
@@ -21,7 +21,7 @@ import pytest
 import torch
 
 import eval as ev
-import export
+from hf import export, harness
 from checkpoint import load_model
 from configurator import ConfigError
 from data import get_tokenizer
@@ -255,10 +255,11 @@ def test_a_threshold_exits_at_some_steps_and_not_at_others():
 def test_remote_code_is_the_repositorys_files_with_only_their_imports_made_relative(tmp_path):
     run = write_run(tmp_path / "run", tiny_model({}, "byte"), "byte")
     export.main([f"--run={run}", f"--out={tmp_path / 'hf'}"])
-    own = "|".join(name[:-3] for name in export.REMOTE_CODE)
+    own = "|".join(os.path.basename(path)[:-3] for path in export.REMOTE_CODE)
     changed = 0
-    for name in export.REMOTE_CODE:
-        mine = open(os.path.join(export.REPO, name), encoding="utf-8").read().splitlines()
+    for path in export.REMOTE_CODE:
+        name = os.path.basename(path)
+        mine = open(os.path.join(export.REPO, path), encoding="utf-8").read().splitlines()
         theirs = (tmp_path / "hf" / name).read_text(encoding="utf-8").splitlines()
         assert len(mine) == len(theirs), name
         for a, b in zip(mine, theirs):
@@ -371,7 +372,7 @@ def test_an_out_where_no_folder_can_be_made_is_one_line_and_every_exported_file_
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# lm-evaluation-harness's hf model on an export = eval.py --harness on the run
+# lm-evaluation-harness's hf model on an export = python -m hf.harness on the run
 
 HARNESS_SCRIPT = r'''
 import json, sys
@@ -414,9 +415,9 @@ def harness_inputs(tmp_path):
 @pytest.mark.xdist_group("transformers")
 def test_lm_eval_hf_model_on_an_export_scores_as_eval_py_harness_on_the_run(in_transformers, tmp_path):
     run, tasks, names, theirs = in_transformers["harness"]
-    ours = ev.main([f"--ckpt={run}", "--harness", f"--tasks={','.join(names)}", f"--include_path={tasks}",
-                    "--harness_defaults=False", "--loops=3", "--limit=3", f"--out_dir={tmp_path / 'ev'}",
-                    "--progress=False"])["run"]
+    ours = harness.main([f"--ckpt={run}", f"--tasks={','.join(names)}", f"--include_path={tasks}",
+                         "--harness_defaults=False", "--loops=3", "--limit=3", f"--out_dir={tmp_path / 'ev'}",
+                         "--progress=False"])["run"]
     for setting, key in (("loops=2 (trained)", "trained"), ("loops=3", "loops=3")):
         for task in names:
             mine = ours[setting]["tasks"][task]
@@ -433,7 +434,7 @@ def test_lm_eval_hf_model_on_an_export_scores_as_eval_py_harness_on_the_run(in_t
 def test_the_transformers_wrapper_refuses_an_empty_input_and_a_negative_exit_tau():
     """Through transformers, exit_tau=-1 was accepted (no token ever exits, silently) and an empty input ended in a
     reshape RuntimeError (issue 47): each is now a ValueError that says what to give."""
-    from modeling_looped import LoopedConfig, LoopedForCausalLM
+    from hf.modeling_looped import LoopedConfig, LoopedForCausalLM
     model = LoopedForCausalLM(LoopedConfig(gpt=dict(block_size=16, vocab_size=257, n_layer=1, n_embd=32,
                                                     head_dim=16), vocab_size=257))
     ids = torch.randint(0, 257, (1, 4))

@@ -17,9 +17,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 import checkpoint
 import configurator
 import data
-import elastic
 import eval as ev
-import harness
+from hf import harness
 import tasks
 from configurator import ConfigError, configure
 from model import GPTConfig
@@ -102,8 +101,8 @@ def test_damaged_eval_rows(tmp_path, how):
 @given(how=damages)
 def test_damaged_results_rows(tmp_path, how):
     """A sweep's results.jsonl (what fit, power and figures read), damaged."""
-    import fits
-    import sweep
+    from lab import fits
+    from lab import sweep
     path = tmp_path / "results.jsonl"
     shutil.copy(os.path.join(os.path.dirname(HERE), "records", "lee2026", "isoflop_batch_pilot_cpu.jsonl"), path)
     damage(path, how)
@@ -226,15 +225,15 @@ def cli_targets():
     a list, or a strategy of bad ones (then the undamaged line is empty and the arguments drawn are fillers). A bad
     argument is a string or a tuple of strings given together; {NAME} is one of places' paths."""
     import analyze
-    import bench
-    import bench_moe
+    from tools import bench
+    from tools import bench_moe
     import early_exit
-    import export
-    import fits
+    from hf import export
+    from lab import fits
     import sample
     import scaling
-    import verdicts
-    import sweep
+    from lab import verdicts
+    from lab import sweep
     import train
     from model import GPT
     out = {}
@@ -272,7 +271,7 @@ def cli_targets():
     out["eval"] = (ev.main, [], eval_base, eval_bad + [
         "--tasks=nonsense", "--tasks=,", ("--tasks=arc_easy", "--data_dir={NOWHERE}"), ("--fetch", "--data_dir="),
         ("--tasks=perplexity", "--text="), ("--tasks=perplexity", "--text={NOWHERE}/*.txt")], eval_stubs)
-    out["eval --harness"] = (ev.main, ["--harness"], eval_base, eval_bad + [
+    out["hf.harness"] = (harness.main, [], eval_base, eval_bad + [
         "--tasks=mmlu:x", "--tasks=:3", "--tasks=,", "--include_path={NOWHERE}"], eval_stubs)
 
     exit_bad = wrong_values(simple(vars(early_exit), lower=True)) + COMMON_BAD + [
@@ -283,7 +282,7 @@ def cli_targets():
         "--taus=-1", "--prompt_len=0", "--new_tokens=1", "--bench_batch=0", "--repeats=0"]
     exit_base = ["--ckpt={LOOPED}", "--data_dir={DATA}", "--out_dir={OUT}", "--eval_tokens=64", "--n_tau=4"]
     exit_stubs = [(module, name, started) for module, name in ((early_exit, "evaluate_exits"),
-                                                                (elastic, "elastic_study"),
+                                                                (early_exit, "elastic_study"),
                                                                 (early_exit, "benchmark_decoding"))]
     out["early_exit"] = (early_exit.main, [], exit_base, exit_bad + ["--ckpt={PLAIN}", "--criteria=,"], exit_stubs)
     out["early_exit elastic"] = (early_exit.main, [], exit_base + ["--mode=elastic"],
@@ -319,7 +318,7 @@ def cli_targets():
 
     out["scaling ?"] = (scaling.main, ([], [""], ["nonsense"], ["Count"], ["--count"], ["fits"]), [],
                         ["--n_layer=2", "{SPEC}"], [])
-    count_keys = {**scaling.train_defaults(), **scaling.COUNT_KEYS, **MODEL_KEYS}
+    count_keys = {**train.defaults(), **scaling.COUNT_KEYS, **MODEL_KEYS}
     out["scaling count"] = (scaling.main, ["count"], ["--memory"], wrong_values(count_keys) + MODEL_BAD + [
         a for a in COMMON_BAD if a != "--device=cuda:99"] + [  # a count may be for another machine's GPUs
         "--batch_size=0", "--seq_len=-1", "--gpus=0", "--gpu_gib=0", "--flops_budget=-1", "--flops_convention=nonsense",

@@ -210,14 +210,14 @@ def test_a_bare_cuda_device_becomes_an_indexed_one(monkeypatch):
 
 
 def test_the_gpu_bench_refuses_a_cpu_with_one_line():
-    import bench
+    from tools import bench
     with pytest.raises(bench.ConfigError, match=r"^bench.py: --preset=gpu measures the GPU path \(d=1024, bf16, "
                                                 r"compiled\) and needs a CUDA device, not 'cpu'"):
         bench.main(["--preset=gpu", "--device=cpu"])
 
 
 def test_the_gpu_bench_models_are_the_papers_presets_at_d1024():
-    import bench
+    from tools import bench
     cfg = dict(preset="gpu", device="cuda", dtypes="float32", compiles="False", warmup=2)
     models = bench.preset_models(cfg, None, ["--preset=gpu", "--device=cuda", "--dtypes=float32"])
     shapes = {name: (c.n_embd, c.n_layer, c.n_loop, c.n_expert, c.top_k, c.vocab_size, c.padded_vocab, c.block_size)
@@ -237,7 +237,7 @@ def test_the_gpu_bench_models_are_the_papers_presets_at_d1024():
 def test_graph_breaks_are_counted_per_block_and_for_the_gpu_loss(monkeypatch):
     """torch._dynamo.explain runs on a CPU: a tiny looped MoE and a dense model (with the GPU's compiled loss)
     trace without a graph break; one put into the block is counted in every block."""
-    import bench
+    from tools import bench
     x = torch.randint(0, 61, (2, 16))
     tiny = dict(vocab_size=61, n_layer=2, n_embd=32, head_dim=16, block_size=16)
     looped_moe = model.GPTConfig(**tiny, n_loop=2, n_expert=4, top_k=2)
@@ -260,7 +260,7 @@ def test_graph_breaks_are_counted_per_block_and_for_the_gpu_loss(monkeypatch):
 def test_the_gpu_profile_sorts_kernels_by_kind_and_counts_each_once():
     """bench.py --profile: kernel names seen in an H200 profile go to their kind, and a range named on the host
     (the optimizer's step), which the device side lists again with its kernels' time, is not counted twice."""
-    import bench
+    from tools import bench
     names = {"nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT": "matmul",
              "_ZN7cutlass13device_kernelIN2at4cuda6detail25enable_3x_kernel_for_sm9xINS_4gemm6kernel13GemmUniversalI"
              "NS5_17GroupProblemShapeIN4cute5tupleIJiiiEEEEE": "grouped matmul",
@@ -287,6 +287,6 @@ def test_the_gpu_profile_sorts_kernels_by_kind_and_counts_each_once():
 
 
 def test_the_gpu_profile_refuses_a_cpu_with_one_line():
-    import bench
+    from tools import bench
     with pytest.raises(bench.ConfigError, match=r"^bench.py: --profile=True times GPU kernels and needs a CUDA device"):
         bench.main(["--profile=True", "--device=cpu"])

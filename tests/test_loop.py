@@ -18,6 +18,7 @@ import distributed  # noqa: E402
 import loop  # noqa: E402
 from loop import TRAJECTORY_SAMPLERS, HyperConnections  # noqa: E402
 import optim  # noqa: E402
+import accounting  # noqa: E402
 import scaling  # noqa: E402
 from optim import MuonH, MuonHAdamW  # noqa: E402
 from model import GPT, Block, GPTConfig, KVCache  # noqa: E402
@@ -153,8 +154,8 @@ def test_a_plain_model_makes_one_pass_and_refuses_more():
     ref = m(idx)[0]
     for schedule in (1, [1.0]):
         assert torch.equal(m(idx, schedule=schedule)[0], ref)
-    assert m.n_slots(1) == 2 and scaling.block_executions(m, False, 1) == [(1, 1)] * 2
-    assert scaling.module_executions(m) == {}
+    assert m.n_slots(1) == 2 and accounting.block_executions(m, False, 1) == [(1, 1)] * 2
+    assert accounting.module_executions(m) == {}
     with pytest.raises(ValueError, match="one pass"):
         m(idx, schedule=2)
 
@@ -268,7 +269,7 @@ def test_truncated_bptt_equals_detaching_by_hand(plan):
     m.zero_grad()  # full BPTT differs
     F.cross_entropy(hand_forward(m, idx).view(-1, V), idx.view(-1)).backward()
     assert not torch.allclose(m.blocks[1].attn.c_q.weight.grad, grads["blocks.1.attn.c_q.weight"])
-    assert scaling.block_executions(m)[1] == (4, 2) and scaling.block_executions(m)[0] == (1, 1)
+    assert accounting.block_executions(m)[1] == (4, 2) and accounting.block_executions(m)[0] == (1, 1)
 
 
 def test_hyper_connection_update_matches_the_equations():
@@ -679,12 +680,12 @@ def test_make_optimizer_muonh():
 
 def test_execution_counts_for_accounting():
     m = make(**dict(PLANS["prelude_coda_linear"], n_loop=4, bptt_loops=2))
-    assert scaling.block_executions(m) == [(1, 1), (4, 2), (4, 2), (1, 1)]
-    assert scaling.module_executions(m) == {"inject": (4, 2), "norm_loop": (4, 2)}
+    assert accounting.block_executions(m) == [(1, 1), (4, 2), (4, 2), (1, 1)]
+    assert accounting.module_executions(m) == {"inject": (4, 2), "norm_loop": (4, 2)}
     lf = make(n_loop=4, loop_cond="loopformer", elastic="shortcut")
-    assert scaling.block_executions(lf) == [(6.0, 6.0)] * 2  # + E[S] = L/2 passes of the shortcut trajectory
-    assert scaling.block_executions(lf, training=False) == [(4, 4)] * 2
-    assert scaling.module_executions(lf)["blocks.0.modulator"] == (0, 0)  # once per pass and sequence, not per token
+    assert accounting.block_executions(lf) == [(6.0, 6.0)] * 2  # + E[S] = L/2 passes of the shortcut trajectory
+    assert accounting.block_executions(lf, training=False) == [(4, 4)] * 2
+    assert accounting.module_executions(lf)["blocks.0.modulator"] == (0, 0)  # once per pass and sequence, not per token
 
 
 # -----------------------------------------------------------------------------------------------------------------
@@ -695,10 +696,10 @@ def preset(name, **overrides):
     """GPTConfig of config/<name>.py plus overrides, read as train.py reads it."""
     from configurator import configure
     from configurator import cli_arg
-    from scaling import train_defaults
+    import train
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     argv = [os.path.join(root, "config", name + ".py")] + [cli_arg(k, v) for k, v in overrides.items()]
-    return configure(train_defaults(), GPTConfig, argv)[1]
+    return configure(train.defaults(), GPTConfig, argv)[1]
 
 
 @pytest.mark.parametrize("name,overrides", [("isodepth", dict(n_embd=256)), ("recur_r4", dict(n_embd=256)),

@@ -17,7 +17,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import distributed  # noqa: E402
 import moe  # noqa: E402
-import routing  # noqa: E402
+import accounting  # noqa: E402
 import scaling  # noqa: E402
 from model import GPT  # noqa: E402
 from model import GPTConfig, MLP, MLA, KVCache  # noqa: E402
@@ -222,7 +222,7 @@ def test_one_expert_top1_equals_dense_mlp(path):
 def test_expert_size_default_matches_active_dense_ffn():
     cfg = GPTConfig(n_embd=128, n_expert=8, top_k=2)
     assert cfg.d_ff == 384 and moe.expert_hidden(cfg) == 192
-    counts = scaling.moe_counts(moe.MoE(cfg))
+    counts = accounting.moe_counts(moe.MoE(cfg))
     assert counts["active"] - counts["router"] == 3 * 128 * 384  # k experts = one dense FFN
     assert counts["stored"] == 8 * 128 + 8 * 3 * 128 * 192
     with pytest.raises(ValueError, match="moe_d_ff"):  # d_ff = 384 does not split into top_k = 5 experts
@@ -373,7 +373,7 @@ def test_records_of_a_hand_built_router():
 
     plans = {0: [(0, 1), (2, 3), (3, 0)], 1: [(1, 2), (2, 3), (0, 2)]}
     assert m._records is None
-    with routing.record_routing(torch.nn.ModuleList([m])) as records:
+    with moe.record_routing(torch.nn.ModuleList([m])) as records:
         for loop, pairs in plans.items():
             m(torch.stack([token(i, j) for i, j in pairs]).view(1, 3, 32), loop)
     assert m._records is None  # recording is off again
@@ -385,28 +385,28 @@ def test_records_of_a_hand_built_router():
         assert rec["experts"].tolist() == [list(p) for p in pairs]
         torch.testing.assert_close(rec["gates"], gate.repeat(3, 1))
         torch.testing.assert_close(rec["router_input"], torch.stack([token(i, j) for i, j in pairs]))
-    assert routing.unique_experts_per_token(records, 4) == {5: pytest.approx((3 + 2 + 3) / 3)}
+    assert moe.unique_experts_per_token(records, 4) == {5: pytest.approx((3 + 2 + 3) / 3)}
 
 
 def test_unique_experts_estimates():
-    assert routing.independent_unique_experts(8, 2, 1) == pytest.approx(2.0)
-    assert routing.independent_unique_experts(8, 2, 2) == pytest.approx(8 * (1 - 0.75 ** 2))
+    assert moe.independent_unique_experts(8, 2, 1) == pytest.approx(2.0)
+    assert moe.independent_unique_experts(8, 2, 2) == pytest.approx(8 * (1 - 0.75 ** 2))
     # two forward passes of one layer with two loops each
     rec = lambda loop, e: dict(layer=0, loop=loop, experts=torch.tensor(e))  # noqa: E731
     records = [rec(0, [[0, 1]]), rec(1, [[0, 1]]), rec(0, [[0, 1]]), rec(1, [[2, 3]])]
-    assert routing.unique_experts_per_token(records, 4) == {0: pytest.approx(3.0)}
+    assert moe.unique_experts_per_token(records, 4) == {0: pytest.approx(3.0)}
 
 
 def test_records_from_a_gpt_forward():
     cfg = small_config(n_layer=3, moe_first_dense=1)
     model = GPT(cfg).init_weights(0)
     assert model.blocks[0].ffn.__class__ is MLP and isinstance(model.blocks[2].ffn, moe.MoE)
-    with routing.record_routing(model) as records:
+    with moe.record_routing(model) as records:
         model(torch.randint(0, 257, (2, 7)))
     assert [(r["layer"], r["loop"]) for r in records] == [(1, 0), (2, 0)]
     assert records[0]["experts"].shape == (14, 2) and records[0]["router_input"].shape == (14, 32)
     with pytest.raises(ValueError, match="no MoE layers"):
-        with routing.record_routing(GPT(small_config(n_expert=0))):
+        with moe.record_routing(GPT(small_config(n_expert=0))):
             pass
 
 
@@ -624,19 +624,19 @@ def conditioning_params(config):
 def test_analytic_counts_match_the_modules(kw):
     cfg = small_config(n_layer=3, **kw)
     model = GPT(cfg)
-    report = scaling.capacity_report(cfg)
+    report = accounting.capacity_report(cfg)
     assert report["N"] == count(model)
     assert attention_params(cfg) == count(model.blocks[-1].attn)
     layer = model.blocks[-1].ffn
-    assert scaling.moe_counts(layer)["stored"] == count(layer)
-    assert scaling.moe_counts(layer)["per_expert"] == expert_params(cfg)
+    assert accounting.moe_counts(layer)["stored"] == count(layer)
+    assert accounting.moe_counts(layer)["per_expert"] == expert_params(cfg)
     # A_attn counts every layer's attention, A_ffn the dense MLPs and the active experts of the MoE layers
     n_dense = cfg.moe_first_dense
     assert report["A_attn"] == cfg.n_layer * attention_params(cfg)
     assert report["A_ffn"] == (n_dense * ffn_params(cfg, cfg.d_ff)
                                + (cfg.n_layer - n_dense) * (cfg.top_k + cfg.n_shared_expert) * expert_params(cfg))
     # per-token executed params: everything but the inactive experts
-    inactive = sum(scaling.moe_counts(b.ffn)["stored"] - scaling.moe_counts(b.ffn)["active"]
+    inactive = sum(accounting.moe_counts(b.ffn)["stored"] - accounting.moe_counts(b.ffn)["active"]
                    for b in model.blocks if isinstance(b.ffn, moe.MoE))
     assert report["F"] == count(model) - inactive
 
@@ -646,9 +646,9 @@ def test_capacity_report_counts_every_module(kw):
     """N is everything the model stores, whatever the loop adds between passes (input injection, hyper-connection
     lanes, per-pass norms); tying the embedding changes the storage, not the params a token computes with."""
     cfg = small_config(n_layer=2, n_loop=2, vocab_size=257, **kw)
-    assert scaling.capacity_report(cfg)["N"] == count(GPT(cfg))
+    assert accounting.capacity_report(cfg)["N"] == count(GPT(cfg))
     tied = dataclasses.replace(cfg, tie_embeddings=True)
-    assert scaling.capacity_report(tied)["F"] == scaling.capacity_report(cfg)["F"]
+    assert accounting.capacity_report(tied)["F"] == accounting.capacity_report(cfg)["F"]
 
 # Lee et al. 2026, arXiv:2605.09165, configuration table: d, d_ff, active M, stored Looped-MoE M, stored MoE M
 PAPER_TABLE = [(128, 384, 16, 18, 23), (256, 704, 39, 45, 65), (384, 1024, 67, 81, 124), (512, 1408, 103, 129, 207),
@@ -658,13 +658,13 @@ PAPER_TABLE = [(128, 384, 16, 18, 23), (256, 704, 39, 45, 65), (384, 1024, 67, 8
 
 def paper_counts(d):
     """d_ff, active (16 effective layers), stored Looped-MoE (8 layers) and stored MoE (16 layers) params of the
-    paper's MoE models at width d, from scaling.moe_counts, without the router (the paper neglects it)."""
+    paper's MoE models at width d, from accounting.moe_counts, without the router (the paper neglects it)."""
     out = []
     for n_layer in (16, 8):
         cfg = GPTConfig(n_embd=d, n_layer=n_layer, vocab_size=50257, n_expert=8, top_k=2, block_size=1024)
         with torch.device("meta"):
             model = GPT(cfg)
-        counts = [scaling.moe_counts(m) for m in moe.moe_layers(model)]
+        counts = [accounting.moe_counts(m) for m in moe.moe_layers(model)]
         stored = count(model) - sum(c["router"] for c in counts)
         active = stored - sum(c["stored"] - c["active"] for c in counts)
         out.append((cfg.d_ff, active, stored))
@@ -686,27 +686,27 @@ def ladder_configs():
                   n_expert=16, top_k=4, n_shared_expert=1, moe_d_ff=48, moe_first_dense=1, d_ff=240,
                   vocab_size=257)
     vanilla = GPTConfig(n_layer=6, **common)
-    loop_base = scaling.match_params(GPTConfig(n_prelude=1, n_layer=2, n_loop=2, n_coda=1, **common),
-                                     scaling.capacity_report(vanilla)["N"])
+    loop_base = accounting.match_params(GPTConfig(n_prelude=1, n_layer=2, n_loop=2, n_coda=1, **common),
+                                     accounting.capacity_report(vanilla)["N"])
     return vanilla, loop_base
 
 
 def test_rebalance_restores_rho_at_fixed_flops_and_params():
     vanilla, loop_base = ladder_configs()
-    target = scaling.capacity_report(vanilla)
-    base = scaling.capacity_report(loop_base, unique_experts=7.0)
+    target = accounting.capacity_report(vanilla)
+    base = accounting.capacity_report(loop_base, unique_experts=7.0)
     assert base["F"] == pytest.approx(target["F"], rel=0.02)  # same executed layers and widths (router aside)
     assert abs(base["N"] - target["N"]) < loop_base.n_layer * expert_params(loop_base)  # matched to one expert
     assert base["rho"] < 0.8 * target["rho"]  # re-selected experts inflate A_ffn
-    new = scaling.rebalance(loop_base, target["rho"], unique_experts=7.0, target_params=target["N"], multiple=4)
-    after = scaling.capacity_report(new, unique_experts=7.0)
+    new = accounting.rebalance(loop_base, target["rho"], unique_experts=7.0, target_params=target["N"], multiple=4)
+    after = accounting.capacity_report(new, unique_experts=7.0)
     assert new.kv_lora_rank > loop_base.kv_lora_rank and new.q_lora_rank > loop_base.q_lora_rank
     assert new.moe_d_ff < loop_base.moe_d_ff and new.n_expert > loop_base.n_expert and new.top_k == loop_base.top_k
     assert after["rho"] == pytest.approx(target["rho"], rel=0.1)
     assert after["F"] == pytest.approx(target["F"], rel=0.02)
     assert abs(after["N"] - target["N"]) <= 3 * (expert_params(new) + new.n_embd)
     with pytest.raises(ValueError, match="mla"):
-        scaling.rebalance(GPTConfig(n_expert=4), 1.0, 2.0)
+        accounting.rebalance(GPTConfig(n_expert=4), 1.0, 2.0)
 
 
 @pytest.mark.parametrize("loop_cond,sandwich_norm", [("index", True), ("loopformer", False), ("iteradaln", True),
@@ -723,9 +723,9 @@ def test_conditioning_counts_match_the_modules(loop_cond, sandwich_norm):
     shared = [b for i, b in enumerate(model.blocks) if model.part(i) == "loop"]
     assert cond["modulator"] == count(shared[0].modulator)
     assert cond["embedders"] == sum(count(m) for m in (model.loop_embed, model.step_embed) if m is not None)
-    strict, loose = scaling.capacity_report(cfg), scaling.capacity_report(cfg, count_conditioning=False)
+    strict, loose = accounting.capacity_report(cfg), accounting.capacity_report(cfg, count_conditioning=False)
     assert strict["N"] == loose["N"] == count(model)
-    assert strict["F"] == scaling.count_params(model)["params_active"]
+    assert strict["F"] == accounting.count_params(model)["params_active"]
     per_token = cfg.n_loop * sum(count(b.modulator) for b in shared) if loop_cond == "iteradaln" else 0
     assert strict["F"] - loose["F"] == per_token
 
@@ -735,21 +735,21 @@ def test_match_flops_pays_for_iteradaln_and_rebalance_then_lowers_the_ranks():
     (match_flops), which lifts rho above the Vanilla MoE's; rebalance then lowers the MLA ranks and widens the
     experts at fixed F and N until rho is back at the target."""
     vanilla, loop_base = ladder_configs()
-    target = scaling.capacity_report(vanilla)
-    iteradaln = scaling.match_flops(dataclasses.replace(loop_base, loop_cond="iteradaln"), target["F"], target["N"],
+    target = accounting.capacity_report(vanilla)
+    iteradaln = accounting.match_flops(dataclasses.replace(loop_base, loop_cond="iteradaln"), target["F"], target["N"],
                                     multiple=4)
-    report = scaling.capacity_report(iteradaln, unique_experts=7.0)
+    report = accounting.capacity_report(iteradaln, unique_experts=7.0)
     assert iteradaln.moe_d_ff < loop_base.moe_d_ff and iteradaln.n_expert > loop_base.n_expert
     assert report["F"] == pytest.approx(target["F"], rel=0.02) and report["N"] == pytest.approx(target["N"], rel=0.01)
     assert report["rho"] > 1.2 * target["rho"]
-    new = scaling.rebalance(iteradaln, target["rho"], unique_experts=7.0, target_params=target["N"], multiple=4)
-    after = scaling.capacity_report(new, unique_experts=7.0)
+    new = accounting.rebalance(iteradaln, target["rho"], unique_experts=7.0, target_params=target["N"], multiple=4)
+    after = accounting.capacity_report(new, unique_experts=7.0)
     assert new.kv_lora_rank < iteradaln.kv_lora_rank and new.q_lora_rank < iteradaln.q_lora_rank
     assert new.moe_d_ff > iteradaln.moe_d_ff and new.top_k == iteradaln.top_k
     assert after["rho"] == pytest.approx(target["rho"], rel=0.1)
     assert after["F"] == pytest.approx(target["F"], rel=0.02) and after["N"] == pytest.approx(target["N"], rel=0.01)
     with pytest.raises(ValueError, match="match_flops"):
-        scaling.match_flops(iteradaln, target["F"] / 2, target["N"])
+        accounting.match_flops(iteradaln, target["F"] / 2, target["N"])
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -812,21 +812,21 @@ def test_loopmoe_ladder_presets_are_matched(suffix):
     assert [f / flops[0] for f in flops] == pytest.approx([1.0] * 4, abs=0.02)
     assert [n / params[0] for n in params] == pytest.approx([1.0] * 4, abs=0.01)
     # the accounting: capacity_report agrees with the built models and count_params, and matches the rungs
-    target = scaling.capacity_report(vanilla)
+    target = accounting.capacity_report(vanilla)
     for (cfg, _), n in zip(rungs, params):
         with torch.device("meta"):
-            counts = scaling.count_params(GPT(cfg))
-        report = scaling.capacity_report(cfg)
+            counts = accounting.count_params(GPT(cfg))
+        report = accounting.capacity_report(cfg)
         assert (report["N"], report["F"]) == (n, counts["params_active"])
         assert report["F"] == pytest.approx(target["F"], rel=0.02)
     u = ns["_unique_experts"]
-    assert scaling.capacity_report(loopmoe, u)["rho"] == pytest.approx(target["rho"], rel=0.03)
-    assert scaling.capacity_report(iteradaln, u)["rho"] != pytest.approx(target["rho"], rel=0.1)  # balancing has work
+    assert accounting.capacity_report(loopmoe, u)["rho"] == pytest.approx(target["rho"], rel=0.03)
+    assert accounting.capacity_report(iteradaln, u)["rho"] != pytest.approx(target["rho"], rel=0.1)  # balancing has work
     # the presets are what match_flops and rebalance make (rounded as the presets were)
     multiple = 8 if suffix == "" else 2
     for cfg in (loop_base, iteradaln):
-        assert scaling.match_flops(cfg, target["F"], target["N"], multiple=multiple) == cfg
-    again = scaling.rebalance(iteradaln, target["rho"], u, target_params=target["N"], target_flops=target["F"],
+        assert accounting.match_flops(cfg, target["F"], target["N"], multiple=multiple) == cfg
+    again = accounting.rebalance(iteradaln, target["rho"], u, target_params=target["N"], target_flops=target["F"],
                           multiple=multiple)
     keys = ("n_expert", "moe_d_ff", "q_lora_rank", "kv_lora_rank")
     assert [getattr(again, k) for k in keys] == [getattr(loopmoe, k) for k in keys]
@@ -861,14 +861,14 @@ def test_loose_reading_rungs_of_the_fidelity_sweep_are_matched():
         total, modulators = modulator_flops(cfg)
         assert (total - modulators) / flops == pytest.approx(1.0, abs=0.02)
         assert modulators > 0.3 * flops
-    target, u = scaling.capacity_report(vanilla), ns["_unique_experts"]
+    target, u = accounting.capacity_report(vanilla), ns["_unique_experts"]
     it, lm = rungs["iteradaln_loose"], rungs["loopmoe_loose"]
-    fitted = scaling.match_flops(dataclasses.replace(base, loop_cond="iteradaln"), target["F"], target["N"],
+    fitted = accounting.match_flops(dataclasses.replace(base, loop_cond="iteradaln"), target["F"], target["N"],
                                  count_conditioning=False, multiple=2)
     assert fitted == it
-    assert scaling.rebalance(it, target["rho"], u, target_params=target["N"], target_flops=target["F"],
+    assert accounting.rebalance(it, target["rho"], u, target_params=target["N"], target_flops=target["F"],
                              count_conditioning=False, multiple=2) == lm
-    assert scaling.capacity_report(lm, u, count_conditioning=False)["rho"] == pytest.approx(target["rho"], rel=0.03)
+    assert accounting.capacity_report(lm, u, count_conditioning=False)["rho"] == pytest.approx(target["rho"], rel=0.03)
 
 
 @pytest.mark.parametrize("name", ["sparse_moe_cpu", "sparse_looped_moe_cpu"])
@@ -876,14 +876,14 @@ def test_sparse_cpu_presets_match_active_params(name):
     cfg, _ = load_preset(name)
     dense, _ = load_preset("sparse_moe_cpu")
     assert cfg.n_layer * cfg.n_loop == 4 and cfg.n_expert == 8 and cfg.top_k == 2
-    assert scaling.capacity_report(cfg)["F"] == scaling.capacity_report(dense)["F"]
+    assert accounting.capacity_report(cfg)["F"] == accounting.capacity_report(dense)["F"]
 
 
 def test_records_carry_the_loop_index_of_a_looped_model():
     cfg = small_config(n_layer=2, n_loop=2, n_prelude=1, moe_first_dense=1)
     model = GPT(cfg).init_weights(0)
-    with routing.record_routing(model) as records:
+    with moe.record_routing(model) as records:
         model(torch.randint(0, 257, (1, 5)))
     assert [(r["layer"], r["loop"]) for r in records] == [(1, 0), (2, 0), (1, 1), (2, 1)]
-    unique = routing.unique_experts_per_token(records, cfg.n_expert)
+    unique = moe.unique_experts_per_token(records, cfg.n_expert)
     assert set(unique) == {1, 2} and all(2.0 <= u <= 4.0 for u in unique.values())

@@ -28,9 +28,10 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-import records  # noqa: E402
-import verdicts  # noqa: E402
-from sweep import file_sha256, load_spec  # noqa: E402
+from lab import records  # noqa: E402
+from lab import verdicts  # noqa: E402
+from lab.sweep import file_sha256, load_spec  # noqa: E402
+import runlog  # noqa: E402
 
 RECORDS = sorted(glob.glob(os.path.join(ROOT, "records", "*2026.md")))  # one per paper (README.md holds the rules)
 
@@ -69,7 +70,7 @@ def test_every_record_has_generated_blocks_and_each_equals_its_json(monkeypatch)
     assert len(block_jsons()) >= 5
     for record in RECORDS:
         text = read(record)
-        assert records.regenerate(text) == text, f"{record}: a generated block differs from its JSON: python records.py"
+        assert records.regenerate(text) == text, f"{record}: a generated block differs from its JSON: python -m lab.records"
     # a planted change: one digit of a block's table no longer matches its JSON
     text = read(os.path.join(ROOT, "records", "lee2026.md"))
     m = next(records.BLOCK.finditer(text))
@@ -131,13 +132,13 @@ def test_a_block_draws_labelled_entries_of_several_jsons_and_template_cells(tmp_
 
 
 def fits_table(tmp_path, argv, name="table.json"):
-    """The JSON `python fits.py table ARGV --out=...` writes in tmp_path."""
+    """The JSON `python -m lab.fits table ARGV --out=...` writes in tmp_path."""
     verdicts.main_test(["table", *argv, f"--out={tmp_path / name}"])
     return json.loads((tmp_path / name).read_text())
 
 
 def test_fits_table_pivots_rows_by_seed_and_derives_mean_sd_and_paired_differences(tmp_path, monkeypatch):
-    """`python fits.py table rows` on rows written out of order (and one at a seed not asked for; --keep orders the
+    """`python -m lab.fits table rows` on rows written out of order (and one at a seed not asked for; --keep orders the
     rows), drawn by a block,
     against a table worked by hand: A = 1, 2, 4 (mean 7/3, sd √(7/3) = 1.528), B = 1.5, 2, 5.5 (mean 3, sd √4.75 =
     2.179), d = B - A = 0.5, 0, 1.5 (mean 0.667, s.e. √(7/12) / √3 = 0.441). A planted error fails: a digit of the
@@ -173,7 +174,7 @@ def test_fits_table_pivots_rows_by_seed_and_derives_mean_sd_and_paired_differenc
 
 
 def test_fits_table_pivots_rows_into_a_grid_by_a_column_field_with_compound_rows(tmp_path, monkeypatch):
-    """`python fits.py table rows --column=lr` (rows keyed by arch and n_loop, columns by LR, kept with --columns; a
+    """`python -m lab.fits table rows --column=lr` (rows keyed by arch and n_loop, columns by LR, kept with --columns; a
     row at LR 0.008, the columns of a row not kept, and one at seed 9 are left out), drawn by a block whose LR keys
     hold dots, against a grid worked by hand: none/2 at 0.001 is 2.0 / 2.2 (mean 2.1), at 0.002 1.5 / 1.7; none/4 at
     0.002 1.8 / 1.6, d from none/2 +0.3 / -0.1; arch~(.*)_ and arch~[a-z]+$ split a name into row and column. A
@@ -226,7 +227,7 @@ def test_fits_table_pivots_rows_into_a_grid_by_a_column_field_with_compound_rows
 
 
 def test_fits_table_reads_early_exit_jsons_per_seed_and_their_change_in_percent(tmp_path, monkeypatch):
-    """`python fits.py table exits` (one argument per seed) with --relative_to=full: perplexity 4 → 5 at 10% saved is
+    """`python -m lab.fits table exits` (one argument per seed) with --relative_to=full: perplexity 4 → 5 at 10% saved is
     +25%, 5 → 5.5 is +10%; at 30% saved 8 and 10, mean 9."""
     monkeypatch.chdir(tmp_path)
     for seed, full, saved in ((1, 4.0, (4.2, 5.0, 6.0, 8.0)), (2, 5.0, (5.0, 5.5, 6.0, 10.0))):
@@ -255,15 +256,15 @@ def test_a_block_json_names_its_inputs_and_commit_and_its_command_regenerates_it
     argv = shlex.split(prov["command"])
     if "--law=joint" in argv:  # a joint fit takes a minute of restarts even without its bootstrap: its inputs and
         return                 # commit are checked above, its command is the record's (rerun by hand, as printed)
-    import fits
+    from lab import fits
     out = tmp_path / "again.json"
     if argv[:3] == ["python", "scaling.py", "fit"]:  # a fit (a comparison of arms: a second)
         out_arg = f"--out={path.removesuffix('.json')}"
         assert out_arg in argv, f"{path}: its command writes elsewhere"
         fits.fit_results(argv[3], [a if a != out_arg else f"--out={tmp_path / 'again'}" for a in argv[4:]])
     else:
-        assert argv[:2] == ["python", "fits.py"] and f"--out={path}" in argv
-        verdicts.main_test([a if a != f"--out={path}" else f"--out={out}" for a in argv[2:]])
+        assert argv[:3] == ["python", "-m", "lab.fits"] and f"--out={path}" in argv
+        verdicts.main_test([a if a != f"--out={path}" else f"--out={out}" for a in argv[3:]])
     again = json.loads(out.read_text())
     again.pop("provenance"), committed.pop("provenance")
     assert differences(again, committed) == [], path
@@ -347,8 +348,8 @@ def test_a_result_rewritten_where_it_lies_names_the_clean_commit(tmp_path, monke
     rewritten, so a clean tree reads clean. Planted: a tree that reads dirty while the command's files differ from
     what they held (as git does once a committed JSON is emptied for writing)."""
     import analyze
-    import fits
-    import sweep
+    from lab import fits
+    from lab import sweep
     from test_fits import lr_rows
     rows = tmp_path / "lr.jsonl"
     rows.write_text("".join(json.dumps(r) + "\n" for r in lr_rows()[0]))
@@ -369,7 +370,7 @@ def test_a_result_rewritten_where_it_lies_names_the_clean_commit(tmp_path, monke
         held = [tmp_path / f for f in files]
         for path in held:
             path.write_text("committed\n")
-        monkeypatch.setattr(sweep, "git_revision", lambda repo, held=held: "abc" + (
+        monkeypatch.setattr(runlog, "git_revision", lambda repo, held=held: "abc" + (
             "+dirty" if any(p.read_bytes() != b"committed\n" for p in held) else ""))
         run()
         assert json.loads(held[0].read_text())["provenance"]["code"] == "abc", files

@@ -14,6 +14,7 @@ import exits
 import loop
 import moe
 import optim
+import accounting  # noqa: E402
 import scaling
 from model import GPT, GPTConfig, KVCache
 
@@ -45,7 +46,7 @@ def counted_flops_match(model, rel=0.02):
         _, loss, aux = model.train()(x, x, rng=loop.trajectory_rng(0, 0))
         (loss + sum(aux.values()) if aux else loss).backward()
     measured = counter.get_total_flops() / x.numel()
-    assert scaling.flops_per_token(model, "schwethelm") == pytest.approx(measured, rel=rel)
+    assert accounting.flops_per_token(model, "schwethelm") == pytest.approx(measured, rel=rel)
 
 
 # -----------------------------------------------------------------------------------------------------------------
@@ -123,7 +124,7 @@ def top_probability_score(logp, prev_logp, h, prev_h):
 def test_a_toy_injection(monkeypatch):
     monkeypatch.setitem(loop.BETWEEN_PASSES, "projected", ProjectedAdditive)
     model = GPT(tiny(injection="projected", n_prelude=1)).init_weights(0)
-    assert isinstance(model.between, ProjectedAdditive) and scaling.module_executions(model)["inject"] == (3, 3)
+    assert isinstance(model.between, ProjectedAdditive) and accounting.module_executions(model)["inject"] == (3, 3)
     trains_one_step(model)
     counted_flops_match(model)
 
@@ -150,8 +151,8 @@ def test_a_toy_residual_rule(monkeypatch):
 def test_a_toy_elastic_objective(monkeypatch):
     monkeypatch.setitem(loop.ELASTIC, "deeper", loop.Elastic(one_pass_deeper, lambda fwd, bwd, n: (fwd + 1, bwd + 1)))
     model = GPT(tiny(elastic="deeper")).init_weights(0)
-    assert scaling.block_executions(model) == [(4, 4), (4, 4)]
-    assert scaling.block_executions(model, training=False) == [(3, 3)] * 2
+    assert accounting.block_executions(model) == [(4, 4), (4, 4)]
+    assert accounting.block_executions(model, training=False) == [(3, 3)] * 2
     trains_one_step(model)
     counted_flops_match(model, rel=1e-9)  # no per-sequence work: exactly what ran
 

@@ -13,8 +13,10 @@ from torch.utils.flop_counter import FlopCounterMode
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 import kernels  # noqa: E402
+import accounting  # noqa: E402
 import scaling  # noqa: E402
-import sweep  # noqa: E402
+import train  # noqa: E402
+from lab import sweep  # noqa: E402
 from configurator import cli_arg, configure  # noqa: E402
 from model import GPT, GPTConfig  # noqa: E402
 
@@ -38,7 +40,7 @@ def preset(name, **overrides):
     cwd = os.getcwd()
     os.chdir(ROOT)
     try:
-        return configure(scaling.train_defaults(), GPTConfig, argv, doc_source=__file__)[1]
+        return configure(train.defaults(), GPTConfig, argv, doc_source=__file__)[1]
     finally:
         os.chdir(cwd)
 
@@ -55,18 +57,18 @@ LEE_TABLE = [(128, 384, 2, 16, 18, 23), (256, 704, 4, 39, 45, 65), (384, 1024, 6
 def test_lee_table_base(d, d_ff, heads, active, stored_lmoe, stored_moe):
     cfg = preset("sparse_base", n_embd=d)
     assert (cfg.d_ff, cfg.n_head) == (d_ff, heads)
-    c = scaling.count_params(scaling.model_on_meta(cfg))
+    c = accounting.count_params(accounting.model_on_meta(cfg))
     V = 50257
     hand = 16 * (4 * d * d + 3 * d * d_ff) + 2 * V * d
     assert c["params_active"] == c["params_unique"] == hand
     assert round(c["params_active"] / 1e6) == active
     assert c["params_rec_nonembed"] == 0 and c["params_once_nonembed"] == c["params_unique_nonembed"]
-    assert scaling.flops_per_token(scaling.model_on_meta(cfg), "lee") == 6 * hand
+    assert accounting.flops_per_token(accounting.model_on_meta(cfg), "lee") == 6 * hand
 
 
 @pytest.mark.parametrize("d,d_ff,heads,active,stored_lmoe,stored_moe", LEE_TABLE)
 def test_lee_table_looped(d, d_ff, heads, active, stored_lmoe, stored_moe):
-    c = scaling.count_params(scaling.model_on_meta(preset("sparse_looped", n_embd=d)))
+    c = accounting.count_params(accounting.model_on_meta(preset("sparse_looped", n_embd=d)))
     V = 50257
     assert c["params_active"] == 16 * (4 * d * d + 3 * d * d_ff) + 2 * V * d
     assert c["params_unique"] == 8 * (4 * d * d + 3 * d * d_ff) + 2 * V * d
@@ -80,8 +82,8 @@ def router_params(model):
 
 @pytest.mark.parametrize("d,d_ff,heads,active,stored_lmoe,stored_moe", LEE_TABLE)
 def test_lee_table_moe(d, d_ff, heads, active, stored_lmoe, stored_moe):
-    model = scaling.model_on_meta(preset("sparse_moe", n_embd=d))
-    c, router, V = scaling.count_params(model), router_params(model), 50257
+    model = accounting.model_on_meta(preset("sparse_moe", n_embd=d))
+    c, router, V = accounting.count_params(model), router_params(model), 50257
     # top-2 of 8 experts with hidden d_ff/2: active FFN = dense FFN (Lee et al. §2.2)
     assert c["params_active"] - router == 16 * (4 * d * d + 3 * d * d_ff) + 2 * V * d
     assert c["params_unique"] - router == 16 * (4 * d * d + 8 * 3 * d * d_ff // 2) + 2 * V * d
@@ -92,8 +94,8 @@ def test_lee_table_moe(d, d_ff, heads, active, stored_lmoe, stored_moe):
 
 @pytest.mark.parametrize("d,d_ff,heads,active,stored_lmoe,stored_moe", LEE_TABLE)
 def test_lee_table_looped_moe(d, d_ff, heads, active, stored_lmoe, stored_moe):
-    model = scaling.model_on_meta(preset("sparse_looped_moe", n_embd=d))
-    c, router, V = scaling.count_params(model), router_params(model), 50257
+    model = accounting.model_on_meta(preset("sparse_looped_moe", n_embd=d))
+    c, router, V = accounting.count_params(model), router_params(model), 50257
     assert c["params_active"] - 2 * router == 16 * (4 * d * d + 3 * d * d_ff) + 2 * V * d  # both passes
     assert c["params_unique"] - router == 8 * (4 * d * d + 8 * 3 * d * d_ff // 2) + 2 * V * d
     assert round((c["params_active"] - 2 * router) / 1e6) == active
@@ -123,7 +125,7 @@ def isodepth_plain(s):
 
 @pytest.mark.parametrize("s", sorted(SCHWETHELM_N))
 def test_schwethelm_table6_r1_params(s):
-    c = scaling.count_params(scaling.model_on_meta(isodepth_plain(s)))
+    c = accounting.count_params(accounting.model_on_meta(isodepth_plain(s)))
     d = 64 * s
     # 240 d^2 (Schwethelm eq. 2 at r=1) plus the RMSNorm gains, which the paper's counts include: without them
     # s=18, 20, 24, 28, 34 round to 0.1M below Table 6
@@ -136,7 +138,7 @@ def test_schwethelm_r1_flops_by_hand():
         d, V, T = 64 * s, 32064, 2048
         # hand: 6*(N + head) + 12*d*T*20 (Schwethelm et al. §3.2 + nanochat estimate_flops)
         N = 240 * d * d + 41 * d
-        assert scaling.flops_per_token(scaling.model_on_meta(isodepth_plain(s)), "schwethelm") == \
+        assert accounting.flops_per_token(accounting.model_on_meta(isodepth_plain(s)), "schwethelm") == \
             6 * (N + d * V) + 12 * d * T * 20
 
 
@@ -170,9 +172,9 @@ def test_schwethelm_table6_tokens(s):
     printed precision (+-0.005B) exactly in the cells the comment above gives to r = 1 (six of 29): a change of the
     accounting shows here."""
     for r in (1, 2, 4):
-        model = scaling.model_on_meta(preset("isodepth", n_embd=64 * s, n_loop=r, n_layer=16 // r))
+        model = accounting.model_on_meta(preset("isodepth", n_embd=64 * s, n_loop=r, n_layer=16 // r))
         for C in BUDGETS:
-            ours = scaling.tokens_for_budget(C, model, "schwethelm")
+            ours = accounting.tokens_for_budget(C, model, "schwethelm")
             assert ours == pytest.approx(C / table6_train_flops(s, r), rel=1e-12), (s, C, r)
     for C, paper, variant in zip(BUDGETS, SCHWETHELM_TOKENS[s], TABLE6_VARIANT[s]):
         if paper is not None:
@@ -195,8 +197,8 @@ def test_isodepth_preset_counts_in_its_papers_convention(monkeypatch):
 @pytest.mark.parametrize("r", (1, 2, 4, 8))
 @pytest.mark.parametrize("s", sorted(SCHWETHELM_N))
 def test_schwethelm_table6_params(s, r):
-    model = scaling.model_on_meta(preset("isodepth", n_embd=64 * s, n_loop=r, n_layer=16 // r))
-    c = scaling.count_params(model)
+    model = accounting.model_on_meta(preset("isodepth", n_embd=64 * s, n_loop=r, n_layer=16 // r))
+    c = accounting.count_params(model)
     d = 64 * s
     assert round(c["params_unique_nonembed"] / 1e6, 1) == SCHWETHELM_N[s][(1, 2, 4, 8).index(r)]
     # Schwethelm eq. 4: N_once = 4 n_b, N_rec = (16/r) n_b + n_i with n_b = 12 d^2 (+ 2d RMSNorm gains), n_i = 2 d^2;
@@ -208,7 +210,7 @@ def test_schwethelm_table6_params(s, r):
     assert (c["params_once_nonembed"], c["params_rec_nonembed"]) == (once, rec)
     # eq. 1 with the head and attention: F_train = 6 (N_once + r N_rec) + 6 d V + 12 d T * 20
     hand = 6 * (once + r * rec) + 6 * d * 32064 + 12 * d * 2048 * 20
-    assert abs(scaling.flops_per_token(model, "schwethelm") / hand - 1) < 1e-3
+    assert abs(accounting.flops_per_token(model, "schwethelm") / hand - 1) < 1e-3
 
 
 def small_config(**kw):
@@ -221,14 +223,14 @@ def test_counts_follow_the_schedule_they_are_given():
     """An elastic-depth evaluation at M passes (eval.py --loops=M) counts M runs of every per-pass module."""
     model = GPT(small_config(n_loop=4, n_prelude=1, injection="linear", loop_norm=True, hc_lanes=0))
     for schedule, passes in ((None, 4), (2, 2), ([0.5, 0.25, 0.25], 3)):
-        runs = {u.name: u.fwd for u in scaling.compute_units(model, False, schedule)}
+        runs = {u.name: u.fwd for u in accounting.compute_units(model, False, schedule)}
         assert runs["blocks.1"] == runs["inject"] == runs["norm_loop"] == passes and runs["blocks.0"] == 1
 
 
 def test_shared_weights_stored_once_computed_every_pass():
     cfg = small_config()
     plain, looped = GPT(cfg), GPT(small_config(n_loop=3))
-    cp, cl = scaling.count_params(plain), scaling.count_params(looped)
+    cp, cl = accounting.count_params(plain), accounting.count_params(looped)
     assert cl["params_unique"] == cp["params_unique"]
     assert cl["params_active_nonembed"] == 3 * cp["params_active_nonembed"]
     assert cl["params_rec_nonembed"] == cp["params_unique_nonembed"] and cl["params_once_nonembed"] == 0
@@ -236,7 +238,7 @@ def test_shared_weights_stored_once_computed_every_pass():
 
 def test_tied_embeddings_stored_once_counted_twice_for_compute():
     untied, tied = GPT(small_config()), GPT(small_config(tie_embeddings=True))
-    cu, ct = scaling.count_params(untied), scaling.count_params(tied)
+    cu, ct = accounting.count_params(untied), accounting.count_params(tied)
     assert cu["params_unique"] - ct["params_unique"] == 97 * 64
     assert cu["params_active"] == ct["params_active"]
 
@@ -246,7 +248,7 @@ def test_per_pass_conditioning_stays_out_of_n_once_and_n_rec():
     embedding, so the plain loop and its conditioned twin have the same N_once and N_rec."""
     plan = dict(n_loop=4, n_prelude=1, injection="linear", hc_lanes=0)
     plain, lf = GPT(small_config(**plan)), GPT(small_config(**plan, loop_cond="loopformer"))
-    cp, cl = scaling.count_params(plain), scaling.count_params(lf)
+    cp, cl = accounting.count_params(plain), accounting.count_params(lf)
     cond = sum(p.numel() for n, p in lf.named_parameters()
                if n.startswith(("loop_embed.", "step_embed.")) or ".modulator." in n)
     assert cond > 0 and cl["params_pass_nonembed"] == cond and cp["params_pass_nonembed"] == 0
@@ -257,23 +259,23 @@ def test_per_pass_conditioning_stays_out_of_n_once_and_n_rec():
 def test_injection_and_truncation_split():
     cfg = small_config()
     m = GPT(small_config(n_loop=4, injection="linear", bptt_loops=2))  # W[e | h] before every pass, e = embedding
-    c = scaling.count_params(m)
+    c = accounting.count_params(m)
     block = sum(p.numel() for p in m.blocks.parameters())
     assert c["params_rec_nonembed"] == block + 2 * 64 * 64
     T = cfg.block_size
     # Schwethelm et al. App. G eq. 8: (2 (r - r_bwd) + 6 r_bwd) (recurrent params) + head + attention
     hand = (2 * 2 + 6 * 2) * (block + 2 * 64 * 64) + 6 * 97 * 64 + (4 * 2 + 12 * 2) * 2 * 64 * T
-    assert scaling.flops_per_token(m, "schwethelm") == hand
+    assert accounting.flops_per_token(m, "schwethelm") == hand
 
 
 def test_lee_and_schwethelm_differ_by_embedding_and_attention():
     cfg = small_config()
     m = GPT(cfg)
     T, d, L, V = cfg.block_size, cfg.n_embd, cfg.n_layer, cfg.vocab_size
-    assert scaling.flops_per_token(m, "lee") - scaling.flops_per_token(m, "schwethelm") == 6 * V * d - 12 * L * d * T
-    assert scaling.forward_flops_per_token(m) * 3 == scaling.flops_per_token(m, "schwethelm")
+    assert accounting.flops_per_token(m, "lee") - accounting.flops_per_token(m, "schwethelm") == 6 * V * d - 12 * L * d * T
+    assert accounting.forward_flops_per_token(m) * 3 == accounting.flops_per_token(m, "schwethelm")
     with pytest.raises(ValueError, match="lee"):
-        scaling.flops_per_token(m, "kaplan")
+        accounting.flops_per_token(m, "kaplan")
 
 
 @pytest.mark.parametrize("kw", [dict(), dict(n_loop=2, n_prelude=1, n_coda=1, attn="mla", q_lora_rank=16,
@@ -286,7 +288,7 @@ def test_kv_cache_count_matches_a_filled_cache(kw):
     with torch.no_grad():
         model(torch.randint(0, 97, (2, 5)), cache=cache)
     held = sum(t.numel() * t.element_size() for slot in cache.slots for t in slot) / (2 * 5 * 4)
-    per_layer, total = scaling.kv_cache_per_token(model)
+    per_layer, total = accounting.kv_cache_per_token(model)
     assert total == held and per_layer * model.n_slots() == held
     assert per_layer == (12 + 8 if kw else 2 * 4 * 16)  # MLA: kv_lora_rank + rope_head_dim; MHA: K and V of 4 heads
 
@@ -346,7 +348,7 @@ def test_flops_match_flop_counter(name, model):
     torch.manual_seed(0)
     model.init_weights(0)
     measured = measured_flops_per_token(model)
-    ours = scaling.flops_per_token(model, "schwethelm")
+    ours = accounting.flops_per_token(model, "schwethelm")
     assert abs(ours / measured - 1) < 0.02, (name, ours, measured)
 
 
@@ -441,8 +443,8 @@ def test_injection_ablation_tokens():
     hyper-connections 973M."""
     for overrides, paper in ((dict(injection="linear"), 955e6), (dict(injection="additive"), 973e6),
                              (dict(injection="none"), 973e6), (dict(injection="none", hc_lanes=2), 973e6)):
-        model = scaling.model_on_meta(preset("isodepth", n_embd=640, n_loop=4, n_layer=4, **overrides))
-        assert abs(scaling.tokens_for_budget(1e18, model, "schwethelm") / paper - 1) < 0.005, overrides
+        model = accounting.model_on_meta(preset("isodepth", n_embd=640, n_loop=4, n_layer=4, **overrides))
+        assert abs(accounting.tokens_for_budget(1e18, model, "schwethelm") / paper - 1) < 0.005, overrides
 
 
 # -----------------------------------------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 import configurator  # noqa: E402
 import scaling  # noqa: E402
-import sweep  # noqa: E402
+from lab import sweep  # noqa: E402
 from configurator import ConfigError  # noqa: E402
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals and Slurm")

@@ -8,7 +8,7 @@ import sys
 import pytest
 import torch
 
-import bench
+from tools import bench
 import optim
 import distributed
 from model import GPT, GPTConfig

@@ -13,8 +13,9 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+import accounting  # noqa: E402
 import scaling  # noqa: E402
-import sweep  # noqa: E402
+from lab import sweep  # noqa: E402
 from configurator import ConfigError  # noqa: E402
 
 
@@ -89,7 +90,7 @@ def test_interrupted_sweep_runs_each_point_once(tmp_path, monkeypatch, capsys):
     row = rows[0]
     assert row["arch"] == "base" and row["n_embd"] == 32 and row["flops_budget"] == 1e9 and row["git_rev"]
     planned = next(q for q in sweep.plan(spec) if q["point"].name == row["point"])
-    counted = scaling.count_params(scaling.model_on_meta(planned["model"]))["params_unique_nonembed"]
+    counted = accounting.count_params(accounting.model_on_meta(planned["model"]))["params_unique_nonembed"]
     assert row["params_unique_nonembed"] == counted and "config" in row and row["val_loss"] == 5.0
 
     sweep.run_sweep(spec)  # nothing left to do
@@ -152,7 +153,7 @@ def test_a_terminated_sweep_stops_its_runs(tmp_path, monkeypatch):
     hang = tmp_path / "run.pid"
     monkeypatch.setenv("FAKE_HANG", str(hang))
     (tmp_path / "spec.json").write_text(json.dumps(spec))
-    code = f"import json, sweep; sweep.run_sweep(json.load(open({str(tmp_path / 'spec.json')!r})))"
+    code = f"import json; from lab import sweep; sweep.run_sweep(json.load(open({str(tmp_path / 'spec.json')!r})))"
     sweeper = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 60
     while not hang.exists() or not hang.read_text():
@@ -409,13 +410,13 @@ def test_campaign_runs_use_a_worktree_of_their_rules_commit(tmp_path):
 
 
 def test_sweep_and_scaling_on_the_command_line_say_what_they_take():
-    """`python sweep.py --bogus=1` and `python sweep.py config/sweeps/x.py` once printed nothing and exited 0, and
+    """`python -m lab.sweep --bogus=1` and `python -m lab.sweep config/sweeps/x.py` once printed nothing and exited 0, and
     `python scaling.py --help` exited 2: now one line and exit 2 for bad input, help and exit 0 for --help."""
     def cli(*args):
         return subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=120)
-    for args in (["sweep.py", "--bogus=1"], ["sweep.py", "config/sweeps/x.py"]):
+    for args in (["-m", "lab.sweep", "--bogus=1"], ["-m", "lab.sweep", "config/sweeps/x.py"]):
         r = cli(*args)
         assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and not r.stdout, (args, r.stderr)
-    assert "no sweep spec at config/sweeps/x.py" in cli("sweep.py", "config/sweeps/x.py").stderr
+    assert "no sweep spec at config/sweeps/x.py" in cli("-m", "lab.sweep", "config/sweeps/x.py").stderr
     r = cli("scaling.py", "--help")
     assert r.returncode == 0 and "sweep" in r.stdout and "figures" in r.stdout

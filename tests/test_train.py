@@ -168,9 +168,9 @@ def test_help_lists_keys_with_descriptions(capsys):
 
 
 def test_counting_scripts_do_not_import_scipy():
-    """scipy is for the scaling-law fits only (fits.py): the scripts that import scaling.py to count FLOPs start
+    """scipy is for the scaling-law fits only (lab/fits.py): the scripts that count FLOPs with accounting.py start
     without it."""
-    code = "import sys, train, early_exit, bench; print(sorted(m for m in sys.modules if m.split('.')[0] == 'scipy'))"
+    code = "import sys, train, early_exit, tools.bench; print(sorted(m for m in sys.modules if m.split('.')[0] == 'scipy'))"
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
                          env=dict(os.environ, OMP_NUM_THREADS="1"))
     assert out.returncode == 0, out.stderr

@@ -17,7 +17,9 @@ TRAINING_CODE is every root file train.py imported at its top at the commits the
 no root .py file was ever deleted or renamed, so code split out of train.py or model.py later is caught as a new
 file in the diff); at each commit the audit adds any other root file train.py imports there, through the top-level
 imports of what it imports (a file split out later, such as runlog.py, counts from the commits that have it).
-scaling.py's lazy imports of fits.py, figures.py and sweep.py run only from its command line, never in training.
+(Until 2026-11-28 scaling.py held the accounting train.py imports; its lazy imports of fits.py, figures.py and sweep.py
+ran only from its command line, never in training. Since then the accounting is accounting.py and the lab is lab/.) A
+definition moved between training files with its code unchanged is no difference (Repo.moved).
 
 Fields of a group (one rows file, one seed): `commits` (rows per git_rev), `n_commits`, `same_training_code` (false
 when two of its commits, at their base, differ; else "untraceable" when it holds more than one rev and one is
@@ -27,9 +29,9 @@ its own by a name in their text: a superset of what it calls; imports excluded).
 (its uncommitted changes are lost): it is listed in `untraceable` and compared at its base commit. `arms` gives the
 rows per git_rev of each arch.
 
-    python code_audit.py                          write records/code_mix.json
-    python code_audit.py --check                  exit 1 when records/code_mix.json differs from what it computes
-    python code_audit.py --out=PATH               write elsewhere
+    python -m lab.code_audit                          write records/code_mix.json
+    python -m lab.code_audit --check                  exit 1 when records/code_mix.json differs from what it computes
+    python -m lab.code_audit --out=PATH               write elsewhere
 
 tests/test_code_mix.py checks the committed JSON is today's and that every record names the groups whose code
 differs (records/README.md, rule 9).
@@ -88,10 +90,25 @@ class Repo:
         comments and docstrings."""
         out = {}
         for path in sorted(p for p in paths if self.blobs(a).get(p) != self.blobs(b).get(p)):
-            names = changed_names(self.summary(a, path), self.summary(b, path))
+            names = [n for n in changed_names(self.summary(a, path), self.summary(b, path))
+                     if not self.moved(a, b, path, n, paths)]
             if names:
                 out[path] = names
         return out
+
+    def moved(self, a, b, path, name, paths):
+        """A definition that left one file of `paths` for another, its code unchanged (checks.py's into model.py,
+        scaling.py's accounting into accounting.py): the same code at both commits, so no difference. Imports and
+        module-level statements are never matched this way."""
+        if name.startswith("<"):
+            return False
+        here = [self.summary(c, path) for c in (a, b)]
+        if any(s is None for s in here) or all(name in s[0] for s in here):
+            return False  # changed in place (or unparsable): a difference
+        old, new = (a, b) if name in here[0][0] else (b, a)  # the commit that has it in `path`, the one that has not
+        code = self.summary(old, path)[0][name][0]
+        return any(s is not None and name in s[0] and s[0][name][0] == code
+                   for s in (self.summary(new, other) for other in paths if other != path))
 
     @functools.lru_cache(maxsize=None)
     def training_files(self, commit):
@@ -102,9 +119,10 @@ class Repo:
         while todo:
             summary = self.summary(commit, todo.pop())
             for module in (summary[2] if summary else ()):
-                if module + ".py" in self.blobs(commit) and module + ".py" not in files:
-                    files.add(module + ".py")
-                    todo.append(module + ".py")
+                file = module.replace(".", "/") + ".py"  # a package's module: lab.sweep -> lab/sweep.py
+                if file in self.blobs(commit) and file not in files:
+                    files.add(file)
+                    todo.append(file)
         return frozenset(files)
 
     @functools.lru_cache(maxsize=None)
@@ -203,7 +221,8 @@ def reached(summaries):
     reached definition uses (bare, imported with `from M import name`, or as `M.name` of an imported module) is
     reached, and so is every imported module's import-time code. summaries: {file: summarize(its text)}."""
     defs = {f: (s or ({}, {}))[0] for f, s in summaries.items()}
-    aliases = {f: {k: (m + ".py", n) for k, (m, n) in (s or ({}, {}))[1].items() if m + ".py" in defs}
+    aliases = {f: {k: (m.replace(".", "/") + ".py", n) for k, (m, n) in (s or ({}, {}))[1].items()
+                   if m.replace(".", "/") + ".py" in defs}
                for f, s in summaries.items()}
     seen, todo = set(), [("train.py", name) for name in defs.get("train.py", {})]
     while todo:
@@ -291,7 +310,7 @@ def audit(root=".", pattern="records/*/*.jsonl"):
         seeds = sorted({r.get("seed") for r in rows}, key=str)
         out[os.path.relpath(path, root)] = {str(s): audit_group(repo, [r for r in rows if r.get("seed") == s])
                                             for s in seeds}
-    return {"training_code": list(TRAINING_CODE), "command": "python code_audit.py", "files": out}
+    return {"training_code": list(TRAINING_CODE), "command": "python -m lab.code_audit", "files": out}
 
 
 def mixed(result):
@@ -316,7 +335,7 @@ def main(argv, root=None):
               "--out=FILE, --help", file=sys.stderr)
         return 2
     out = args.get("out") or "records/code_mix.json"
-    root = root or os.path.dirname(os.path.abspath(__file__))
+    root = root or os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     text = dumps(audit(root))
     if "check" in args:
         with open(os.path.join(root, out)) as f:

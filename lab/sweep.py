@@ -49,27 +49,32 @@ checks that every committed row's rule is committed at its git_rev and unchanged
 """
 import contextlib
 import dataclasses
-import hashlib
 import io
 import itertools
 import json
 import os
 import re
-import shlex
+import runpy
 import signal
 import subprocess
 import sys
 import tarfile
 import threading
 import time
+import traceback
 from collections import namedtuple
 
 import numpy as np
 
-from configurator import EXIT_RESUMABLE, ConfigError, cli_arg  # (light: a Slurm job imports this file without torch)
+import train as train_py  # its keys: a point is parsed as train.py parses it
+from accounting import count_params, flops_per_token, model_on_meta
+from checkpoint import check_training
+from configurator import EXIT_RESUMABLE, ConfigError, cli_arg, configure, run
+from model import GPTConfig
 from data import TOKENIZER_VOCAB, json_lines  # a named tokenizer sets the vocabulary (data.training_vocab)
+from runlog import SNAPSHOT_REVISION, file_sha256, git, git_revision, snapshot_revision  # provenance
 
-REPO = os.path.dirname(os.path.abspath(__file__))  # the checkout: specs and records are named relative to it
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the checkout: specs and records are named relative to it
 TRAIN_PY = os.path.join(REPO, "train.py")  # describes the keys
 ROW_FIELDS = ("arch", "n_embd", "n_layer", "n_loop", "lr", "flops_budget", "seed")
 
@@ -78,8 +83,6 @@ Point = namedtuple("Point", "name arch configs overrides flops_budget fields")
 
 def load_spec(path):
     """A sweep spec's variables, as a dict."""
-    import runpy
-    import traceback
     if not os.path.isfile(path):
         raise ConfigError(f"no sweep spec at {path}; the specs live in config/sweeps/")
     try:
@@ -124,13 +127,8 @@ def grid_points(spec):
 def point_settings(spec, point):
     """(train.py's config dict, GPTConfig) of a point: its config files, then the spec's common keys, then the
     point's overrides, parsed as train.py parses them. The vocabulary follows the tokenizer, as in train.py."""
-    from checkpoint import check_training
-    from configurator import configure
-    from model import GPTConfig
-    from scaling import train_defaults
-    import train as train_py
     argv = list(point.configs) + [cli_arg(k, v) for k, v in {**spec.get("common", {}), **point.overrides}.items()]
-    train, model_cfg = configure(train_defaults(), GPTConfig, argv, doc_source=TRAIN_PY, choices=train_py._CHOICES)
+    train, model_cfg = configure(train_py.defaults(), GPTConfig, argv, doc_source=TRAIN_PY, choices=train_py._CHOICES)
     check_training(train)  # what train.py would refuse stops the plan, before any run starts
     vocab = TOKENIZER_VOCAB.get(train["tokenizer"])
     if vocab is not None and model_cfg.vocab_size != vocab:
@@ -141,7 +139,6 @@ def point_settings(spec, point):
 def plan(spec, only=""):
     """Every point (whose name matches the regular expression `only`) with its accounting: parameters, FLOPs per
     token, steps and tokens as train.py will compute them (steps = round(C / (F * tokens per step)), at least 1)."""
-    from scaling import count_params, flops_per_token, model_on_meta
     rows, counted = [], {}  # a model's accounting, once per distinct model: grids repeat one over budgets and seeds
     for p in (p for p in grid_points(spec) if re.search(only, p.name)):
         train, model_cfg = point_settings(spec, p)
@@ -158,32 +155,6 @@ def plan(spec, only=""):
         rows.append(dict(point=p, model=model_cfg, train=train, steps=steps, tokens=steps * per_step,
                          flops_per_token=F, work=steps * per_step * F_schwethelm, **params))
     return rows
-
-
-def git(root, *args):
-    return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=True).stdout
-
-
-def snapshot_revision(repo):
-    """The commit of a tree without git whose top holds SNAPSHOT_REVISION (an archive snapshot, or the copy a lent
-    GPU machine gets), else None; a checkout (a .git at its top) always asks git."""
-    path = os.path.join(repo, SNAPSHOT_REVISION)
-    if os.path.exists(os.path.join(repo, ".git")) or not os.path.isfile(path):
-        return None
-    with open(path) as f:
-        return f.read().strip()
-
-
-def git_revision(repo):
-    """HEAD's full hash, '+dirty' when tracked files differ from it; in a snapshot (which lies inside the checkout's
-    ignored out/, so git would name the checkout's HEAD), the commit it was made from."""
-    if snapshot_revision(repo):
-        return snapshot_revision(repo)
-    try:
-        dirty = git(repo, "status", "--porcelain", "--untracked-files=no").strip()
-        return git(repo, "rev-parse", "HEAD").strip() + ("+dirty" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):  # no git, or not a checkout
-        return "unknown"
 
 
 def record_files(spec):
@@ -235,27 +206,6 @@ def uncommitted(root, untracked="all"):
                git(root, "status", "--porcelain", f"--untracked-files={untracked}").splitlines()]
     return [p for p in changed if not (re.fullmatch(r"records/[^/]+/([^/]+)\.jsonl", p) and os.path.exists(
         os.path.join(registered, os.path.basename(p)[:-len(".jsonl")] + ".py")))]
-
-
-def file_sha256(path):
-    """The sha256 of a file; of a directory (a sharded checkpoint), of its files' names and bytes in sorted order."""
-    digest = hashlib.sha256()
-    files = [path] if not os.path.isdir(path) else sorted(
-        os.path.join(d, f) for d, _, names in os.walk(path) for f in names)
-    for name in files:
-        if os.path.isdir(path):
-            digest.update(os.path.relpath(name, path).encode())
-        with open(name, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):  # in blocks: a checkpoint may be larger than memory
-                digest.update(block)
-    return digest.hexdigest()
-
-
-def provenance(inputs, command):
-    """What a committed result JSON names so that it regenerates (records/README.md): the command, quoted to run as
-    printed in a shell, the code's commit (HEAD, '+dirty' when tracked files differ) and each input's sha256."""
-    return dict(command=shlex.join(command), code=git_revision(os.path.dirname(os.path.abspath(__file__))),
-                inputs={p: file_sha256(p) for p in inputs})
 
 
 def rule_snapshot(spec, root):
@@ -367,7 +317,7 @@ def exclusive(f):
     """Hold an exclusive lock on open file f until it is closed (released too if the process dies); other processes
     wait. Windows has no flock: there, run one sweep per spec at a time."""
     try:
-        import fcntl
+        import fcntl  # Unix only: Windows has none
     except ImportError:
         return
     fcntl.flock(f.fileno(), fcntl.LOCK_EX)
@@ -424,7 +374,7 @@ def run_sweep(spec, dry_run=False, only="", retry_failed=False, limit=0, paralle
         raise ConfigError(f"config error: --launcher={launcher!r} is not one of {' | '.join(LAUNCHERS)}")
     if set(cluster) - set(CLUSTER_KEYS):
         raise TypeError(f"run_sweep() got unknown keys {sorted(set(cluster) - set(CLUSTER_KEYS))}")
-    root = os.path.dirname(os.path.abspath(__file__))
+    root = REPO
     results = os.path.join(sweep_dir(spec), "results.jsonl")
     planned = plan(spec, only)
     if not planned:
@@ -583,7 +533,7 @@ def slurm_parameters(cluster, name):
 
 def slurm_executor(folder, cluster, name):
     """The submitit executor that submits a sweep's jobs (the tests put submitit's local executor in its place)."""
-    import submitit
+    import submitit  # optional: only Slurm sweeps need it
     try:
         executor = submitit.SlurmExecutor(folder, max_num_timeout=REQUEUES)
     except RuntimeError as e:  # no srun on this machine
@@ -608,7 +558,6 @@ def check_committed(root, files):
                           "the jobs run a snapshot of HEAD: commit (or stash) first")
 
 
-SNAPSHOT_REVISION = ".snapshot_revision"  # a snapshot's commit, in a file at its top (ignored by git)
 
 
 def snapshot(root, dest):
@@ -645,7 +594,7 @@ class PointJob:
         return dict(self.__dict__, proc=None)
 
     def __call__(self):
-        root = os.path.dirname(os.path.abspath(__file__))  # the snapshot, since this file is its copy
+        root = REPO  # the snapshot, since this file is its copy
         if os.path.exists(self.row_path):  # requeued after it wrote its row: the same row again would merge twice
             with open(self.row_path) as f:
                 row = json.load(f)
@@ -680,7 +629,7 @@ class PointJob:
     def checkpoint(self):
         """Stop the run (train.py saves at the end of its step and exits with EXIT_RESUMABLE) and requeue this
         job: it resumes the point, or, if the run ended meanwhile, writes its row."""
-        from submitit.helpers import DelayedSubmission
+        from submitit.helpers import DelayedSubmission  # optional: only Slurm sweeps need it
         proc = self.proc
         if proc is not None and proc.returncode is None:
             proc.send_signal(signal.SIGUSR2)
@@ -707,7 +656,7 @@ class SlurmSweep:
             if cluster[key] < least:
                 raise ConfigError(f"config error: --{key}={cluster[key]} must be >= {least}")
         try:
-            import submitit  # noqa: F401
+            import submitit  # noqa: F401 (optional: only Slurm sweeps need it)
         except ImportError:
             raise ConfigError("--launcher=slurm needs submitit: pip install -r requirements.txt") from None
         self.spec, self.root, self.cluster = spec, root, cluster
@@ -834,7 +783,6 @@ def check_pattern(key, pattern):
 
 
 def main_sweep(argv):
-    from configurator import configure
     specs = [a for a in argv if not a.startswith("-")]
     cfg, _ = configure(SWEEP_KEYS, None, [a for a in argv if a not in specs], doc_source=__file__,
                        usage="python scaling.py sweep config/sweeps/<spec>.py [--key=value ...]",
@@ -861,5 +809,4 @@ def main_sweep(argv):
 
 
 if __name__ == "__main__":  # the same command as `python scaling.py sweep SPEC ...`, the name the records cite
-    from configurator import run
     run(main_sweep, sys.argv[1:])

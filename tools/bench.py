@@ -1,12 +1,12 @@
 """
 Training speed: tokens/s and model FLOP utilisation (MFU) of one training step (forward, backward, AdamW), for
-fp32 and bf16 (autocast), eager and compiled. FLOPs per token are scaling.py's "schwethelm" count (every matmul,
+fp32 and bf16 (autocast), eager and compiled. FLOPs per token are accounting.py's "schwethelm" count (every matmul,
 attention included).
 
-    python bench.py                      # the default model of train.py (byte vocab, d=128, 4 layers, B=16)
-    python bench.py --preset=nanogpt     # nanoGPT's GPT-2-vocab model (d=256, 8 layers, T=256, B=8)
-    python bench.py --n_embd=512 --dtypes=bfloat16          # any GPTConfig key changes the model
-    python bench.py --clock=cpu --threads=1                 # on a shared machine (see below)
+    python -m tools.bench                      # the default model of train.py (byte vocab, d=128, 4 layers, B=16)
+    python -m tools.bench --preset=nanogpt     # nanoGPT's GPT-2-vocab model (d=256, 8 layers, T=256, B=8)
+    python -m tools.bench --n_embd=512 --dtypes=bfloat16          # any GPTConfig key changes the model
+    python -m tools.bench --clock=cpu --threads=1                 # on a shared machine (see below)
 
 MFU = the step's FLOPs / its median time, divided by a reference rate R. On CUDA R is the device's dense bf16 peak.
 On CPU R is this machine's own best: the fastest 2048^3 matmul in the setup's dtype (best of 5 after a warm-up,
@@ -26,8 +26,8 @@ tokens/s, MFU, peak memory (weights, optimizer state and the step's transient pe
 (torch.cuda.set_sync_debug_mode("error")), then the ratios MoE / dense step time and Looped / Base tokens/s at equal
 executed FLOPs:
 
-    python bench.py --device=cuda --preset=gpu --out=gpu.json     # any GPTConfig key still applies, e.g. --n_embd
-    python bench.py --device=cuda --preset=gpu --profile=True     # + each model's GPU kernel time by kind of kernel
+    python -m tools.bench --device=cuda --preset=gpu --out=gpu.json     # any GPTConfig key still applies, e.g. --n_embd
+    python -m tools.bench --device=cuda --preset=gpu --profile=True     # + each model's GPU kernel time by kind of kernel
 
 The setups (model x dtype x compile) are built and warmed up first, then timed in `rounds` interleaved rounds of `steps`
 steps each; each line is the median step. On a machine shared with other jobs wall-clock times mostly measure
@@ -49,7 +49,7 @@ from model import GPT, GPTConfig
 from optim import make_optimizer, train_step
 import kernels
 import moe
-import scaling
+import accounting
 import train
 from distributed import compile_blocks, cpu_matmul_rate, cpu_threads, keep_freed_memory, native_bf16, peak_flops
 
@@ -93,7 +93,7 @@ def preset_model(path, overrides):
     """GPTConfig of a train.py config file (its model keys; the training keys are read and dropped), with
     --key=value overrides."""
     train_keys = {k: v for k, v in vars(train).items() if not k.startswith("_")}
-    here = os.path.dirname(os.path.abspath(__file__))
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     return configure(train_keys, GPTConfig, [os.path.join(here, path)] + overrides, doc_source=train.__file__)[1]
 
 
@@ -225,7 +225,7 @@ def make_setup(name, mcfg, dtype_name, dtype, compiled, cfg, sync):
     sync()
     return dict(name=name, model_cfg=mcfg, x=x, dtype=dtype_name, torch_dtype=dtype, compiled=compiled, model=model,
                 optimizer=optimizer, ctx=ctx, step=step, tokens=B * T, times=[],
-                flops=scaling.flops_per_token(model, "schwethelm", T) * B * T)
+                flops=accounting.flops_per_token(model, "schwethelm", T) * B * T)
 
 
 def report(s, cfg, ref, label):

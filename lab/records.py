@@ -28,7 +28,7 @@ as commit REV holds it: the table of an earlier stage of a study (one seed of fi
 stood then.
 
 A table of per-seed numbers (runs' validation losses, perplexities at each budget) is drawn from the JSON of
-`python fits.py table rows|exits|elastic ... --out=F.json`: per row and column, the values per seed (`per_seed`),
+`python -m lab.fits table rows|exits|elastic ... --out=F.json`: per row and column, the values per seed (`per_seed`),
 their `mean` and `sd`; with --reference=ROW the per-seed differences from that row (`d`, null for the row itself),
 `d_mean` and `d_se`; with --relative_to=COLUMN the change from that column in percent (`pct`):
 
@@ -38,8 +38,8 @@ their `mean` and `sd`; with --reference=ROW the per-seed differences from that r
 With `fits.py table rows ... --column=lr` the columns are the LRs of the rows, and a key that holds dots is matched
 whole: `1e-3=0.001.per_seed:.3f` draws the seeds' losses at LR 0.001.
 
-    python records.py            rewrite every block of records/*.md from its JSON
-    python records.py --check    exit 1 naming each block that differs from its JSON (tests/test_records.py)
+    python -m lab.records            rewrite every block of records/*.md from its JSON
+    python -m lab.records --check    exit 1 naming each block that differs from its JSON (tests/test_records.py)
 
 The JSON itself names the command that wrote it, the code's commit and its inputs' sha256 (fits.provenance);
 tests/test_records.py reruns the fast commands and compares.
@@ -184,9 +184,9 @@ def main(argv=None):
         return 0
     check = argv == ["--check"]
     if argv and not check:
-        print(f"usage: python records.py [--check] (not {' '.join(argv)!r})", file=sys.stderr)
+        print(f"usage: python -m lab.records [--check] (not {' '.join(argv)!r})", file=sys.stderr)
         return 2
-    os.chdir(os.path.dirname(os.path.abspath(__file__)))  # block headers name files from the project root
+    os.chdir(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # block headers name files from the project root
     stale = []
     for record in sorted(glob.glob("records/*.md")):
         with open(record) as f:

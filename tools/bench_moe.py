@@ -2,9 +2,9 @@
 Measured speed of the MoE dispatch paths (moe.py): training-step time of MoE / Base and Looped-MoE / Looped at
 the same width and the same active parameters, for each dispatch path and dtype, plus one FFN layer alone.
 
-    python bench_moe.py                                   # d=256, 8 effective layers, fp32 and bf16, all paths
-    python bench_moe.py --dtypes=bfloat16 --paths=batched --steps=20
-    python bench_moe.py config/sparse_moe_cpu.py --n_embd=128
+    python -m tools.bench_moe                                   # d=256, 8 effective layers, fp32 and bf16, all paths
+    python -m tools.bench_moe --dtypes=bfloat16 --paths=batched --steps=20
+    python -m tools.bench_moe config/sparse_moe_cpu.py --n_embd=128
 
 Models (from the config, default GPTConfig + the keys below): Base = n_layer dense layers; MoE = the same with
 n_expert experts (top_k active, hidden d_ff/top_k, so the active FFN params equal Base's); Looped = n_layer/2
@@ -26,8 +26,7 @@ from distributed import pick_device
 from model import GPT, MLP, GPTConfig
 import kernels
 import moe
-import routing
-from bench import check_lists_and_out, runnable_dtypes
+from tools.bench import check_lists_and_out, runnable_dtypes
 from distributed import cpu_threads
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -109,7 +108,7 @@ def bench_models(base_cfg, dtype, dev, path_list):
         for s in steppers[name]:
             time_steps(s, cfg["warmup"], dev)
         if c.n_expert and name.startswith("MoE"):
-            with routing.record_routing(model) as records:
+            with moe.record_routing(model) as records:
                 steppers[name][1]()
             loads = [torch.bincount(r["experts"].flatten(), minlength=c.n_expert).float() for r in records]
             imbalance[name.split("/")[0]] = statistics.mean((l.max() / l.mean()).item() for l in loads)

@@ -1,8 +1,8 @@
 """
 The picture of a looped model, drawn from a real model's depth plan: the Labels its walk yields (model.py, loop.py).
 
-    python architecture.py config/sandwich_loop_cpu.py --out=figures/architecture     # any config file or model key
-    python architecture.py --n_layer=2 --n_loop=3 --n_prelude=1 --n_coda=1 --injection=linear --exit_at=1
+    python -m tools.architecture config/sandwich_loop_cpu.py --out=figures/architecture     # any config file or model key
+    python -m tools.architecture --n_layer=2 --n_loop=3 --n_prelude=1 --n_coda=1 --injection=linear --exit_at=1
 
 One box per step of the plan, left to right: the prelude's layers, n_loop passes of the shared block, the coda's
 layers. Each box names the physical layer it runs (the same layer in every pass: shared weights) and the KV-cache
@@ -24,7 +24,7 @@ from configurator import ConfigError, configure, run  # noqa: E402
 from exits import depth_labels, exit_candidates  # noqa: E402
 from loop import is_looped  # noqa: E402
 from model import GPT, GPTConfig  # noqa: E402
-from scaling import train_defaults  # noqa: E402
+import train  # noqa: E402
 
 out = "figures/architecture"  # path without extension: writes <out>.png and <out>.json
 exit_at = 0  # the loop boundary (1 = the end of the first pass) where the drawn token exits; 0 = no exit drawn
@@ -108,7 +108,7 @@ def draw(plan):
 
 def main(argv=None):
     # train.py's keys are read too (and not used), so that every training config file draws as it is
-    defaults = {**train_defaults(), **{k: v for k, v in globals().items() if not k.startswith("_")}}
+    defaults = {**train.defaults(), **{k: v for k, v in globals().items() if not k.startswith("_")}}
     cfg, model_cfg = configure(defaults, GPTConfig, argv, doc_source=__file__)
     model = GPT(GPTConfig(**{**model_cfg.to_dict(), "n_embd": cfg["width"], "n_head": 0, "d_ff": 0}))
     plan = plan_of(model, cfg["exit_at"])

@@ -11,10 +11,10 @@ not be the same numbers from the other commit. It is evidence, not proof: code t
 schedule's cool-down, a checkpoint, the final evaluation) is not reached; a "+dirty" row's uncommitted changes are
 lost, so it is replayed at its base commit.
 
-    python code_replay.py [--steps=20] [--timeout=90] [--only=REGEX] [--out=records/code_replay.json]
-    python code_replay.py --trace --only=REGEX     # retrain TRACE's rows whole, a control first
-    python code_replay.py --rerun [--only=REGEX]   # retrain RERUN's rows whole at the commit each names
-    python code_replay.py --rerun --parallel=2     # two at a time, one thread each
+    python -m lab.code_replay [--steps=20] [--timeout=90] [--only=REGEX] [--out=records/code_replay.json]
+    python -m lab.code_replay --trace --only=REGEX     # retrain TRACE's rows whole, a control first
+    python -m lab.code_replay --rerun [--only=REGEX]   # retrain RERUN's rows whole at the commit each names
+    python -m lab.code_replay --rerun --parallel=2     # two at a time, one thread each
 
 PLAN names what is replayed (an arm of a rows file at the commits its comparisons mix, chosen from
 records/code_mix.json); each record cites the result beside the verdict it concerns. TRACE and RERUN hold the
@@ -29,7 +29,7 @@ import subprocess
 import sys
 import time
 
-ROOT = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORK = "/tmp/code_replay"
 # (rows file, arch, commits, {commit: extra arguments}): an arm at each commit its comparison's rows come from; the
 # first is the control: c14cf27 computed IterAdaLN's modulation before the pre-norm (same math, other rounding), so
@@ -239,7 +239,7 @@ def main(argv):
         return 2
     steps, timeout = int(args.get("steps", 20)), float(args.get("timeout", 90))
     out = os.path.join(ROOT, args.get("out") or "records/code_replay.json")
-    result = {"command": "python code_replay.py", "steps": steps, "replays": {}}
+    result = {"command": "python -m lab.code_replay", "steps": steps, "replays": {}}
     if os.path.exists(out):
         with open(out) as f:
             result = json.load(f)

@@ -10,7 +10,7 @@ results.jsonl, a record's records/<paper>/<sweep>.jsonl) and fits them. Its comm
 
 The tests of the records' statistical standard (records/README.md) live in verdicts.py and run from here:
 
-    python fits.py ttest 0.006 0.043 0.042
+    python -m lab.fits ttest 0.006 0.043 0.042
 """
 import glob
 import json
@@ -22,9 +22,12 @@ import sys
 import numpy as np
 import scipy.optimize
 
-from batch_minimize import minimize_batch, one_blas_thread, pool, progress
-from configurator import ConfigError
-from sweep import check_pattern, load_spec, plan, provenance, read_results
+from configurator import ConfigError, configure, run
+from lab import figures
+from lab.batch_minimize import minimize_batch, one_blas_thread, pool, progress
+from lab.sweep import check_pattern, load_spec, plan, read_results
+from lab.verdicts import main_test
+from runlog import provenance
 
 # -----------------------------------------------------------------------------------------------------------------
 # scaling-law fits (numpy/scipy only)
@@ -337,6 +340,24 @@ def rows_law_data(rows, n_key=None):
 def run_flops(rows):
     """Training FLOPs per token of each run."""
     return np.array([field(r, "flops_per_token") or field(r, "flops_budget") / field(r, "tokens") for r in rows])
+
+
+def chinchilla_curves(result, rows):
+    """{arch: [(C, N of its runs, their losses, an N grid, the law's loss on it), ...]}: what plot_chinchilla draws,
+    the law's isoFLOP curve L(N, C/F(N)) through each budget's runs."""
+    out = {}
+    by_arch = group_by(rows, "arch")
+    for arch, fit in result.items():
+        arch_rows = by_arch[arch]
+        theta = np.array(fit["theta"])
+        N = column(arch_rows, fit["n_key"])
+        F_of = flops_curve(N, run_flops(arch_rows))
+        out[arch] = []
+        for C, cell in group_by(arch_rows, "flops_budget").items():
+            n = np.geomspace(N.min() / 1.5, N.max() * 1.5, 100)
+            out[arch].append((C, column(cell, fit["n_key"]), column(cell, "val_loss"), n,
+                              law_predict(theta, law_data(n, 0 * n, 1 + 0 * n, C / F_of(n), 1 + 0 * n))))
+    return out
 
 
 def fit_chinchilla(rows, n_key="params_unique_nonembed", restarts=500, seed=0):
@@ -785,8 +806,6 @@ def check_out(out):
 def fit_results(path, argv, skip_empty=False):
     """Fit one results file with `fit`'s --key=value arguments: (result, the files written); (None, []) when the
     subset keys leave no run and skip_empty (a record file that holds only other figures' arms)."""
-    import figures  # here: figures.py imports this file's law for its Chinchilla panel
-    from configurator import configure
     cfg, _ = configure(FIT_KEYS, None, list(argv), doc_source=__file__,
                        usage="python scaling.py fit results.jsonl [--key=value ...]", choices=dict(law=LAWS))
     check_counts(cfg, ("restarts", 1), ("bootstrap", 0), ("boot_restarts", 1), ("workers", 1), ("seed", 0))
@@ -809,7 +828,7 @@ def fit_results(path, argv, skip_empty=False):
         files = figures.plot_isoflop(result, out)
     elif law == "chinchilla":
         result = fit_chinchilla(rows, cfg["n_key"] or "params_unique_nonembed", cfg["restarts"], cfg["seed"])
-        files = figures.plot_chinchilla(result, rows, out)
+        files = figures.plot_chinchilla(result, chinchilla_curves(result, rows), out)
     elif law == "joint":
         result = fit_joint(rows, cfg["restarts"], cfg["bootstrap"], cfg["seed"], cfg["workers"], cfg["boot_restarts"])
         files = figures.plot_joint(result, out)
@@ -874,7 +893,6 @@ POWER_KEYS = dict(
 def main_power(argv):
     """python scaling.py power config/sweeps/<grid>.py --calibrate=<pilot results.jsonl> [--key=value]: how
     precisely the grid's joint fit would measure phi (simulate_phi), before it runs."""
-    from configurator import configure
     specs = [a for a in argv if not a.startswith("--")]
     if len(specs) != 1:
         raise ConfigError("usage: python scaling.py power config/sweeps/<grid>.py --calibrate=<pilot results.jsonl> "
@@ -941,7 +959,7 @@ def main_figures(argv):
         raise ConfigError(f"usage: python scaling.py figures [records/ ...]: it takes directories, not {options[0]!r} "
                           "(each figure's fit arguments are its spec's)")
     roots = [a for a in argv if not a.startswith("--")] or ["records"]
-    root_dir = os.path.dirname(os.path.abspath(__file__))
+    root_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     todo = []  # (results file, its spec's figures): every root and spec checked before the first fit
     for root in roots:
         paths = sorted(glob.glob(os.path.join(root, "**", "*.jsonl"), recursive=True))
@@ -952,10 +970,10 @@ def main_figures(argv):
             spec_path = os.path.join(root_dir, "config", "sweeps", name + ".py")
             todo.append((path, name, spec_path, load_spec(spec_path).get("figures", {})))
     written = []
-    for path, name, spec_path, figures in todo:
-        if not figures:
+    for path, name, spec_path, named in todo:
+        if not named:
             print(f"{path}: its spec {spec_path} names no figures", file=sys.stderr)
-        for figure, fit_args in figures.items():
+        for figure, fit_args in named.items():
             out = os.path.join(os.path.dirname(path), f"{name}_{figure}")
             written += fit_results(path, list(fit_args) + [f"--out={out}"], skip_empty=True)[1]
     print("wrote " + ", ".join(written))
@@ -981,6 +999,4 @@ def _summary(obj):
 
 
 if __name__ == "__main__":  # the tests of the records' standard (verdicts.py); every other command: scaling.py
-    from configurator import run
-    from verdicts import main_test
     run(main_test, sys.argv[1:])

@@ -1,0 +1,164 @@
+"""The layout (issue 52): a classroom at the root, the lab beside it.
+
+- The root holds the reading path and the scripts a user runs: at most 20 `.py` files.
+- The packages beside it: lab/ (sweeps, fits, verdicts, records, the code audit, the campaign), hf/ (the transformers
+  face), tools/ (benchmarks, the architecture drawing). They import the root; the root never imports them. One
+  exception stands above them all: scaling.py, the command line of the scaling studies (counts, sweeps, fits), which
+  nothing but the tests imports.
+- No import circle, counting imports inside functions too; no project module imported inside a function; every other
+  import inside a function (an optional or heavy dependency) says why on its line; no importlib or __import__ of a
+  project module.
+"""
+import ast
+import os
+import re
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PACKAGES = ("lab", "hf", "tools")
+ON_TOP = {"scaling"}  # the command line above the lab
+MOST_ROOT_FILES = 20
+
+
+def modules(root):
+    """{module name: path} of the project's code: the root's .py files and the packages' (not tests/, config/,
+    course/, whose files import what they test or configure)."""
+    out = {}
+    for name in sorted(os.listdir(root)):
+        path = os.path.join(root, name)
+        if name.endswith(".py"):
+            out[name[:-3]] = path
+        elif name in PACKAGES and os.path.isdir(path):
+            for file in sorted(os.listdir(path)):
+                if file.endswith(".py"):
+                    out[name + ("" if file == "__init__.py" else "." + file[:-3])] = os.path.join(path, file)
+    return out
+
+
+def imports(path, known):
+    """[(imported project module, line number, inside a function, the line)] of one file."""
+    source = open(path, encoding="utf-8").read()
+    lines = source.splitlines()
+    tree = ast.parse(source)
+    inside = set()
+    for fn in ast.walk(tree):
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            inside |= {id(n) for n in ast.walk(fn) if n is not fn}
+    out = []
+    for node in ast.walk(tree):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [node.module + "." + a.name for a in node.names] + [node.module]
+        elif isinstance(node, ast.ImportFrom) and node.level > 0:
+            names = ["<relative>"]
+        else:
+            continue
+        hits = sorted({n for n in names if n in known})
+        hits = [n for n in hits if not any(o != n and o.startswith(n + ".") for o in hits)] or ([names[0]] if names else [])
+        for name in hits:
+            out.append((name, node.lineno, id(node) in inside, lines[node.lineno - 1]))
+    return out
+
+
+def level(name):
+    """0: the reading path and what runs it (the root); 1: a package; 2: the command line on top."""
+    return 2 if name in ON_TOP else 1 if name.split(".")[0] in PACKAGES else 0
+
+
+def problems(root):
+    """Every breach of the layout's rules in the tree at root, one line each."""
+    mods = modules(root)
+    out = []
+    roots = [n for n, p in mods.items() if os.path.dirname(p) == root]
+    if len(roots) > MOST_ROOT_FILES:
+        out.append(f"{len(roots)} .py files at the root, more than {MOST_ROOT_FILES}: {', '.join(roots)}")
+    graph = {n: set() for n in mods}
+    for name, path in mods.items():
+        for target, line, in_function, text in imports(path, mods):
+            where = f"{os.path.relpath(path, root)}:{line}"
+            if target in mods:
+                if target != name:
+                    graph[name].add(target)
+                if in_function:
+                    out.append(f"{where}: imports the project's {target} inside a function: import it at the top")
+                if level(target) > level(name):
+                    out.append(f"{where}: {name} imports {target}, which stands above it (upward)")
+                if level(name) == 1 and level(target) == 1 and target.split(".")[0] != name.split(".")[0]:
+                    out.append(f"{where}: the package {name.split('.')[0]} imports another package's {target}")
+            elif in_function and "#" not in text:
+                out.append(f"{where}: an import inside a function without its reason in a comment: {text.strip()}")
+        text = open(path, encoding="utf-8").read()
+        for call in re.findall(r"(?:importlib\.import_module|__import__)\(\s*['\"]([\w.]+)", text):
+            if call.split(".")[0] in {m.split(".")[0] for m in mods}:
+                out.append(f"{os.path.relpath(path, root)}: imports the project's {call} by name (importlib)")
+    out += [f"an import circle: {' -> '.join(c + c[:1])}" for c in circles(graph)]
+    return out
+
+
+def circles(graph):
+    """The strongly connected components of more than one module (Tarjan), each as a list of names."""
+    index, low, stack, on, found, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_the_repository_keeps_the_layout():
+    assert problems(ROOT) == []
+
+
+def write(root, files):
+    for name, text in files.items():
+        path = os.path.join(root, name)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as f:
+            f.write(text)
+
+
+CLEAN = {"model.py": "import torch\n", "train.py": "import model\n", "scaling.py": "import train\nfrom lab import fits\n",
+         "lab/__init__.py": "", "lab/fits.py": "import model\n\n\ndef f():\n    import matplotlib  # heavy: figures only\n"}
+
+
+@pytest.mark.parametrize("planted, expected", [
+    ({"model.py": "import train\n"}, "an import circle: model -> train -> model"),
+    ({"model.py": "def f():\n    import train\n"}, "an import circle"),
+    ({"train.py": "import model\nfrom lab import fits\n"}, "train imports lab.fits, which stands above it (upward)"),
+    ({"lab/fits.py": "import scaling\n"}, "lab.fits imports scaling, which stands above it (upward)"),
+    ({"train.py": "def f():\n    import model\n"}, "imports the project's model inside a function"),
+    ({"lab/fits.py": "def f():\n    import matplotlib\n"}, "without its reason in a comment"),
+    ({"train.py": "import importlib\nm = importlib.import_module('model')\n"}, "imports the project's model by name"),
+    ({f"extra{i}.py": "" for i in range(18)}, "more than 20"),
+])
+def test_the_check_catches_a_planted_breach(tmp_path, planted, expected):
+    write(tmp_path, CLEAN)
+    assert problems(str(tmp_path)) == []
+    write(tmp_path, planted)
+    found = problems(str(tmp_path))
+    assert any(expected in p for p in found), found
