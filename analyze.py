@@ -190,7 +190,8 @@ def conditioning_records(model, idx):
 def load_models(cfg, model_cfg):
     """[(name, model, checkpoint dict or None)]: each run dir of --ckpt, or one model initialised from the config."""
     if not cfg["ckpt"]:
-        model = kernels.on_cpu(GPT(model_cfg).init_weights(cfg["seed"]).to(cfg["device"]).eval(), cfg["device"])
+        model = GPT(model_cfg, cpu_kernels=kernels.wanted(cfg["device"])).init_weights(cfg["seed"]).to(cfg["device"])
+        model.eval()
         return [("init", model, None)]
     dirs = [d for d in cfg["ckpt"].split(",") if d]
     names = cfg["names"].split(",") if cfg["names"] else [os.path.basename(os.path.normpath(d)) for d in dirs]
@@ -610,12 +611,12 @@ def looped_config(model_cfg, n_loop, scaling):
     return dataclasses.replace(model_cfg, n_loop=n_loop, residual_scaling=scaling)
 
 
-def nonshared_model(model_cfg, n_loop, scaling):
+def nonshared_model(model_cfg, n_loop, scaling, cpu_kernels=False):
     """Wang et al.'s non-shared deep stack: n_loop independent copies of the n_layer block (effective depth
     n_layer * n_loop, one pass), every branch multiplied by n_loop^-alpha as the looped model with n_loop passes
     would be. A one-pass GPT of n_layer * n_loop layers built with that multiplier (GPT's res_scale)."""
     cfg = dataclasses.replace(model_cfg, n_layer=model_cfg.n_layer * n_loop, n_loop=1, residual_scaling="none")
-    return GPT(cfg, res_scale=residual_multiplier(looped_config(model_cfg, n_loop, scaling)))
+    return GPT(cfg, res_scale=residual_multiplier(looped_config(model_cfg, n_loop, scaling)), cpu_kernels=cpu_kernels)
 
 
 def adamw(model, cfg):
@@ -665,13 +666,14 @@ def run_residual(cfg, model_cfg):
         per_seed = []
         for seed in range(cfg["seed"], cfg["seed"] + cfg["n_seeds"]):  # seeds seed, seed + 1, ...: a fresh set
             torch.manual_seed(seed)
+            fast = kernels.wanted(cfg["device"])
             if kind == "looped":
-                model = GPT(looped_config(model_cfg, n_loop, scaling)).init_weights(seed).to(cfg["device"])
+                model = GPT(looped_config(model_cfg, n_loop, scaling), cpu_kernels=fast).init_weights(seed)
                 every = None
             else:
-                model = nonshared_model(model_cfg, n_loop, scaling).init_weights(seed).to(cfg["device"])
+                model = nonshared_model(model_cfg, n_loop, scaling, fast).init_weights(seed)
                 every = model_cfg.n_layer
-            kernels.on_cpu(model, cfg["device"])
+            model.to(cfg["device"])
             run, cos = residual_run(model, cfg, seed, every)
             per_seed.append(run)
             if seed == cfg["seed"] and n_loop == max(cfg["loops"]) and scaling == "none":
@@ -796,7 +798,7 @@ def run_coordcheck(cfg, model_cfg):
         traces = []
         for seed in range(cfg["seed"], cfg["seed"] + cfg["n_seeds"]):
             torch.manual_seed(seed)
-            model = kernels.on_cpu(GPT(mcfg).init_weights(seed).to(cfg["device"]), cfg["device"])
+            model = GPT(mcfg, cpu_kernels=kernels.wanted(cfg["device"])).init_weights(seed).to(cfg["device"])
             traces.append(coord_data(model, cfg, seed))
         result[title][str(x)] = {k: np.mean([t[k] for t in traces], 0).tolist() for k in traces[0]}
     slopes = {}  # d log|act| / d log width at the last step: 0 means width-independent

@@ -84,15 +84,15 @@ def load_model(run_dir, device="cpu"):
     the run's CPU fast paths (train.py's cpu_kernels, on unless the run turned them off), as the run computed."""
     path = checkpoint_of(run_dir)
     ckpt = read_checkpoint(path, device)
+    train_config = ckpt.get("train_config") if isinstance(ckpt.get("train_config"), dict) else {}
+    fast = kernels.wanted(device, train_config.get("cpu_kernels", True))  # the run's CPU fast paths, on a CPU
     try:
-        model = GPT(GPTConfig(**ckpt["model_config"]))
+        model = GPT(GPTConfig(**ckpt["model_config"]), cpu_kernels=fast)
         model.load_state_dict(ckpt["model"])
     except (TypeError, ValueError, RuntimeError, AttributeError) as e:  # a damaged or foreign config or state dict
         raise ConfigError(f"{path} holds a model this code cannot build or load ({type(e).__name__}: "
                           f"{str(e).splitlines()[0][:100]}): it was damaged or comes from another program; train "
                           "again or use another run") from None
-    train_config = ckpt.get("train_config") if isinstance(ckpt.get("train_config"), dict) else {}
-    kernels.on_cpu(model, device, train_config.get("cpu_kernels", True))
     return model.to(device).eval(), ckpt
 
 

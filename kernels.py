@@ -1,51 +1,39 @@
 """
 CPU fast paths: hand-written autograd kernels for the three operations where eager PyTorch on a CPU spends most of a
 small model's step beyond its matmuls. model.py computes the same things with torch's own operations (F.rms_norm,
-RoPE as its formula, F.cross_entropy), which is what a GPU and torch.compile run; `install(model)` swaps these in:
+RoPE as its formula, F.cross_entropy), which is what a GPU and torch.compile run; a model built with
+cpu_kernels=True calls these instead:
 
-    FusedRMSNorm      y = x * rsqrt(mean(x^2) + eps) * g in 2 ops forward and 4 backward (F.rms_norm's CPU
+    fused_rms_norm    y = x * rsqrt(mean(x^2) + eps) * g in 2 ops forward and 4 backward (F.rms_norm's CPU
                       decomposition takes several more of each)
-    RoPE in place     both halves written in place, no cat, no saved activations (a rotation's backward is the
+    rope_in_place     both halves written in place, no cat, no saved activations (a rotation's backward is the
                       rotation by the opposite angle)
-    chunked loss      cross-entropy and its gradient in one pass over the logits, chunk by chunk while a chunk is in
+    chunked_cross_entropy
+                      cross-entropy and its gradient in one pass over the logits, chunk by chunk while a chunk is in
                       cache; the gradient is stored once in the logits' dtype (F.cross_entropy on logits.float()
                       makes several full-size passes, a large part of a step for a 50k vocabulary)
 
 The switch is train.py's `cpu_kernels` (on by default, used in eager CPU runs only, recorded in config.json: a
 resume with it changed is refused); every script that loads a run applies the run's setting (checkpoint.load_model).
+The choice is made where the model is built, `GPT(config, cpu_kernels=kernels.wanted(device, on))`: each module then
+calls the function below or torch's own operation (model.py names each at its one call), never swapped later.
 tests/test_kernels.py pins each fast path to the plain operation, values and gradients.
 """
 import torch
 
-import model
 
-
-def install(gpt):
-    """Swap the fast paths into a GPT in place: each module keeps its parameters, state_dict keys and hooks; only
-    its class changes to the subclass below that overrides one method. Returns the model."""
-    for m in gpt.modules():
-        fast = FAST.get(type(m))
-        if fast is not None:
-            m.__class__ = fast
-    return gpt
-
-
-def on_cpu(gpt, device, on=True):
-    """install(gpt) if `on` and the device is a CPU (where these paths are faster): what every eager run does."""
-    return install(gpt) if on and torch.device(device).type == "cpu" else gpt
-
-
-def installed(gpt):
-    return isinstance(gpt, ChunkedLossGPT)
+def wanted(device, on=True):
+    """Whether a model built for `device` takes the fast paths: asked for, and on a CPU (where they are faster)."""
+    return bool(on) and torch.device(device).type == "cpu"
 
 
 # -----------------------------------------------------------------------------------------------------------------
 # RMSNorm
 
 
-class FusedRMSNorm(model.RMSNorm):
-    def forward(self, x):
-        return _RMSNorm.apply(x, self.weight, self.eps)
+def fused_rms_norm(x, weight, eps):
+    """F.rms_norm(x, (x.size(-1),), weight, eps), computed by _RMSNorm."""
+    return _RMSNorm.apply(x, weight, eps)
 
 
 class _RMSNorm(torch.autograd.Function):
@@ -83,16 +71,8 @@ class _RMSNorm(torch.autograd.Function):
 
 
 def rope_in_place(x, cos, sin):
-    """model.apply_rope's rotation, computed by _RoPE."""
+    """model.apply_rope(x, cos, sin), computed by _RoPE."""
     return _RoPE.apply(x, cos.to(x.dtype), sin.to(x.dtype))
-
-
-class FusedRoPEAttention(model.CausalSelfAttention):
-    rotate = staticmethod(rope_in_place)
-
-
-class FusedRoPEMLA(model.MLA):
-    rotate = staticmethod(rope_in_place)
 
 
 class _RoPE(torch.autograd.Function):
@@ -118,13 +98,6 @@ def _rotate(x, cos, sin):
 
 # -----------------------------------------------------------------------------------------------------------------
 # cross-entropy
-
-
-class ChunkedLossGPT(model.GPT):
-    def loss(self, logits, targets):
-        if logits.dtype == torch.float16:  # its gradient, stored in fp16, would flush the small entries to zero
-            return super().loss(logits, targets)
-        return chunked_cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1))
 
 
 def chunked_cross_entropy(logits, targets, ignore_index=-1):
@@ -172,7 +145,3 @@ class _ChunkedCrossEntropy(torch.autograd.Function):
     def backward(ctx, g):
         grad, = ctx.saved_tensors
         return (grad if float(g) == 1.0 else grad * g), None, None, None
-
-
-FAST = {model.RMSNorm: FusedRMSNorm, model.CausalSelfAttention: FusedRoPEAttention, model.MLA: FusedRoPEMLA,
-        model.GPT: ChunkedLossGPT}

@@ -12,7 +12,8 @@ layers are moe.py's.
 
 Also here: RMSNorm, RoPE, attention (SDPA, flash kernels on CUDA; optional MLA), the MLPs, Block with its hooks
 (per-pass conditioning, residual multiplier, sandwich norm, MoE), the KV cache, muP init and optimizer groups,
-all written with torch's own operations; kernels.py swaps in faster CPU versions of three of them.
+all written with torch's own operations; a model built with cpu_kernels=True calls kernels.py's faster CPU versions
+of three of them instead (RMSNorm, RoPE, the loss), each at the one line that chooses.
 """
 import math
 from contextlib import nullcontext
@@ -23,6 +24,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from kernels import chunked_cross_entropy, fused_rms_norm, rope_in_place  # the CPU fast paths
 from loop import (BETWEEN_PASSES, CONDITIONING, ELASTIC, RESIDUAL_RULES, TRAJECTORY_SAMPLERS, Label,  # noqa: F401
                   LoopCond, ScalarEmbedder, add_aux, between_passes_kind, depth_lr_factor, make_plan,
                   resolve_schedule)
@@ -214,12 +216,15 @@ class RMSNorm(nn.Module):
     """y = x / sqrt(mean(x^2) + eps) * weight (Zhang & Sennrich 2019), over the last dimension; no weight when
     gain=False (Lee et al. 2026 use none)."""
 
-    def __init__(self, dim, eps=1e-6, gain=False):
+    def __init__(self, dim, eps=1e-6, gain=False, fast=False):
         super().__init__()
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(dim)) if gain else None
+        self.fast = fast  # the CPU fast path (GPT's cpu_kernels)
 
     def forward(self, x):
+        if self.fast:  # kernels.py's: the same values, fewer ops on a CPU (tests/test_kernels.py pins them)
+            return fused_rms_norm(x, self.weight, self.eps)
         return F.rms_norm(x, (x.size(-1),), self.weight, self.eps)
 
 
@@ -266,7 +271,7 @@ class KVCache:
 
 
 class CausalSelfAttention(nn.Module):
-    def __init__(self, config):
+    def __init__(self, config, fast=False):
         super().__init__()
         self.n_head, self.head_dim = config.n_head, config.head_dim
         inner = config.n_head * config.head_dim
@@ -274,10 +279,10 @@ class CausalSelfAttention(nn.Module):
         self.c_k = nn.Linear(config.n_embd, inner, bias=False)
         self.c_v = nn.Linear(config.n_embd, inner, bias=False)
         self.c_proj = nn.Linear(inner, config.n_embd, bias=False)
-        self.norm_qk = RMSNorm(config.head_dim, config.norm_eps) if config.qk_norm else None  # gain-free
+        self.norm_qk = RMSNorm(config.head_dim, config.norm_eps, fast=fast) if config.qk_norm else None  # gain-free
         self.use_rope = config.pos_emb == "rope"
-
-    rotate = staticmethod(apply_rope)  # (kernels.py swaps in the CPU fast path)
+        # RoPE: kernels.py's rope_in_place on the CPU fast path (the same values in place; tests/test_kernels.py)
+        self.rotate = rope_in_place if fast else apply_rope
 
     def forward(self, x, rope, cache=None, slot=0):
         B, T, C = x.shape
@@ -318,7 +323,7 @@ class MLA(nn.Module):
     q_content.(W_UK c) = (W_UK^T q_content).c, so each head's query moves into the latent space and attends to
     the cached latents directly, and sum_s p_s W_UV c_s = W_UV (sum_s p_s c_s) is applied once after attention."""
 
-    def __init__(self, config):
+    def __init__(self, config, fast=False):
         super().__init__()
         C, H = config.n_embd, config.n_head
         self.n_head, self.d_nope, self.d_rope = H, config.head_dim, config.rope_head_dim
@@ -334,18 +339,17 @@ class MLA(nn.Module):
         self.scale = d_qk ** -0.5  # the softmax scale of the full head, also when attending in the latent space
         if config.q_lora_rank > 0:
             self.q_down = nn.Linear(C, config.q_lora_rank, bias=False)
-            self.q_norm = RMSNorm(config.q_lora_rank, config.norm_eps, config.norm_gain)
+            self.q_norm = RMSNorm(config.q_lora_rank, config.norm_eps, config.norm_gain, fast)
             self.q_up = nn.Linear(config.q_lora_rank, H * d_qk, bias=False)
         else:  # full-rank queries, as in DeepSeek-V2-Lite
             self.q_down = None
             self.c_q = nn.Linear(C, H * d_qk, bias=False)
         self.kv_down = nn.Linear(C, self.kv_rank + self.d_rope, bias=False)  # [latent c_kv; shared rotary key]
-        self.kv_norm = RMSNorm(self.kv_rank, config.norm_eps, config.norm_gain)
+        self.kv_norm = RMSNorm(self.kv_rank, config.norm_eps, config.norm_gain, fast)
         self.kv_up = nn.Linear(self.kv_rank, H * (self.d_nope + self.d_v), bias=False)  # [W_UK; W_UV] per head
         self.c_proj = nn.Linear(H * self.d_v, C, bias=False)
         self.use_rope = config.pos_emb == "rope"
-
-    rotate = staticmethod(apply_rope)  # (kernels.py swaps in the CPU fast path)
+        self.rotate = rope_in_place if fast else apply_rope  # (as CausalSelfAttention's)
 
     def forward(self, x, rope, cache=None, slot=0):
         B, T, C = x.shape
@@ -458,17 +462,17 @@ class Block(nn.Module):
     records carry it) and returns (y, aux) with its auxiliary losses.
     """
 
-    def __init__(self, config, ffn=None):
+    def __init__(self, config, ffn=None, fast=False):
         super().__init__()
-        self.norm_attn = RMSNorm(config.n_embd, config.norm_eps, config.norm_gain)
-        self.attn = MLA(config) if config.attn == "mla" else CausalSelfAttention(config)
-        self.norm_ffn = RMSNorm(config.n_embd, config.norm_eps, config.norm_gain)
+        self.norm_attn = RMSNorm(config.n_embd, config.norm_eps, config.norm_gain, fast)
+        self.attn = MLA(config, fast) if config.attn == "mla" else CausalSelfAttention(config, fast)
+        self.norm_ffn = RMSNorm(config.n_embd, config.norm_eps, config.norm_gain, fast)
         self.ffn = ffn if ffn is not None else MLP(config)
         self.returns_aux = getattr(self.ffn, "returns_aux", False)
         self.modulator = None  # per-loop conditioning: loop.py gives the shared blocks of a conditioned loop one
         if config.sandwich_norm:
-            self.post_attn = RMSNorm(config.n_embd, config.norm_eps, config.norm_gain)
-            self.post_ffn = RMSNorm(config.n_embd, config.norm_eps, config.norm_gain)
+            self.post_attn = RMSNorm(config.n_embd, config.norm_eps, config.norm_gain, fast)
+            self.post_ffn = RMSNorm(config.n_embd, config.norm_eps, config.norm_gain, fast)
         else:
             self.post_attn = self.post_ffn = None
 
@@ -520,21 +524,22 @@ class GPT(nn.Module):
     res_scale: the multiplier on the shared blocks' branches, by default the residual rule's (analyze.py's
     non-shared stack passes the one of a deeper loop)."""
 
-    def __init__(self, config, res_scale=None):
+    def __init__(self, config, res_scale=None, cpu_kernels=False):
         super().__init__()
         cfg = self.config = config
+        self.cpu_kernels = cpu_kernels  # build with kernels.py's CPU fast paths (kernels.wanted(device) decides)
         V, C = cfg.padded_vocab, cfg.n_embd
         self.wte = nn.Embedding(V, C)
         self.wpe = nn.Embedding(cfg.block_size, C) if cfg.pos_emb == "learned" else None
         self.blocks = nn.ModuleList(self.make_block(i) for i in range(cfg.n_prelude + cfg.n_layer + cfg.n_coda))
-        self.norm_f = RMSNorm(C, cfg.norm_eps, cfg.norm_gain)
+        self.norm_f = RMSNorm(C, cfg.norm_eps, cfg.norm_gain, cpu_kernels)
         self.lm_head = nn.Linear(C, V, bias=False)
         if cfg.tie_embeddings:
             self.lm_head.weight = self.wte.weight
         # the loop's own parts: norms after the embedding and each pass (Schwethelm et al.), what runs between the
         # passes (injection or hyper-connections, under its own name: inject | hc), the conditioning's embedders
-        self.norm_embed = RMSNorm(C, cfg.norm_eps, cfg.norm_gain) if cfg.loop_norm else None
-        self.norm_loop = RMSNorm(C, cfg.norm_eps, cfg.norm_gain) if cfg.loop_norm else None
+        self.norm_embed = RMSNorm(C, cfg.norm_eps, cfg.norm_gain, cpu_kernels) if cfg.loop_norm else None
+        self.norm_loop = RMSNorm(C, cfg.norm_eps, cfg.norm_gain, cpu_kernels) if cfg.loop_norm else None
         between = between_passes_kind(cfg)(cfg)
         self.add_module(between.name, between)
         self.between_name = between.name
@@ -576,7 +581,7 @@ class GPT(nn.Module):
         config has experts (moe.py decides per layer). A conditioned shared block gets a modulator and affine-free
         pre-norms (the modulation supplies the scale)."""
         cfg = self.config
-        block = Block(cfg, make_ffn(cfg, index))
+        block = Block(cfg, make_ffn(cfg, index), self.cpu_kernels)
         cond = CONDITIONING[cfg.loop_cond]
         if cond is not None and self.part(index) == "loop":
             block.norm_attn.weight = None
@@ -732,6 +737,9 @@ class GPT(nn.Module):
 
     def loss(self, logits, targets):
         """Mean next-token cross entropy over targets != -1, in fp32 whatever the logits' dtype."""
+        if self.cpu_kernels and logits.dtype != torch.float16:  # kernels.py's (tests/test_kernels.py pins it); not
+            # fp16, whose gradient stored in fp16 would flush the small entries to zero
+            return chunked_cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1))
         return F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.reshape(-1), ignore_index=-1)
 
     def states(self, idx):

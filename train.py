@@ -131,10 +131,9 @@ def build(cfg, model_cfg, ckpt, env):
     its optimizer, fp16's loss scaler (None in other dtypes), and the step and best validation loss to start from (a
     resumed checkpoint's)."""
     torch.manual_seed(cfg["seed"])
-    raw_model = GPT(model_cfg)
+    raw_model = GPT(model_cfg, cpu_kernels=kernels.wanted(env.device, cfg["cpu_kernels"] and not cfg["compile"]))
     raw_model.init_weights(cfg["seed"])
     raw_model.to(env.device)
-    kernels.on_cpu(raw_model, env.device, cfg["cpu_kernels"] and not cfg["compile"])
     if cfg["compile"]:
         compile_blocks(raw_model)
     if cfg["activation_checkpointing"]:

@@ -27,7 +27,6 @@ from transformers import GenerationMixin, PretrainedConfig, PreTrainedModel
 from transformers.cache_utils import Cache, CacheLayerMixin
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
-from kernels import on_cpu
 from loop import is_looped
 from model import GPT, GPTConfig, KVCache
 from moe import MoE
@@ -99,8 +98,10 @@ class LoopedForCausalLM(PreTrainedModel, GenerationMixin):
 
     def __init__(self, config):
         super().__init__(config)
-        self.gpt = GPT(GPTConfig(**config.gpt))
-        self.fast_paths_set = False
+        # the exported run's CPU fast paths (kernels.py), as checkpoint.load_model builds it on a CPU; on another
+        # device they compute the same values with more ops
+        self.gpt = GPT(GPTConfig(**config.gpt), cpu_kernels=config.cpu_kernels)
+        self.weights_aligned = False
         self.post_init()
 
     def get_input_embeddings(self):
@@ -133,15 +134,14 @@ class LoopedForCausalLM(PreTrainedModel, GenerationMixin):
         if attention_mask is not None and not bool(attention_mask.all()):
             raise ValueError("padding is not supported: this model attends to every token it is given; give a "
                              "batch of rows of one length")
-        if not self.fast_paths_set:  # decided at the first call, when the device is known (as load_model does)
+        if not self.weights_aligned:  # at the first call, when the weights are in place
             # transformers hands over the weights where safetensors put them, off 64-byte boundaries (40 or 56 bytes
             # past one), and a CPU kernel's vector loop then splits a row otherwise than for the run's own aligned
             # tensors, rounding some sums otherwise (up to 3e-6 on an AVX-512 EPYC): fresh, aligned copies give the
             # run's logits bit for bit
             for p in self.gpt.parameters():
                 p.data = p.data.clone()
-            on_cpu(self.gpt, input_ids.device, self.config.cpu_kernels)
-            self.fast_paths_set = True
+            self.weights_aligned = True
         if input_ids.dim() != 2 or input_ids.size(1) == 0:
             raise ValueError(f"input_ids of shape {tuple(input_ids.shape)}: give a batch of rows of at least one token "
                              "each, (batch, tokens)")

@@ -17,7 +17,6 @@ import torch
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
-import kernels  # noqa: E402
 from model import GPT, GPTConfig  # noqa: E402
 
 NANO = os.path.join(REPO, "course", "nano")
@@ -44,9 +43,9 @@ IDS = [f"{step}-{'-'.join(f'{k}={v}' for k, v in kw.items()) or 'default'}" for 
 TINY = dict(n_embd=32, head_dim=16, n_layer=2, block_size=16, vocab_size=V)
 
 
-def project_model(family, seed=0):
+def project_model(family, seed=0, cpu_kernels=False):
     torch.manual_seed(seed)
-    real = GPT(GPTConfig(**{**TINY, **family})).init_weights(seed)
+    real = GPT(GPTConfig(**{**TINY, **family}), cpu_kernels=cpu_kernels).init_weights(seed)
     g = torch.Generator().manual_seed(seed + 1)
     with torch.no_grad():
         for p in real.parameters():  # random values everywhere: no identity of the init can hide a bug
@@ -63,7 +62,7 @@ def tokens(B=2, seed=0):
 def test_the_minimal_model_gives_the_real_models_logits(step, family, fast):
     """Logits and loss (with the MoE balance terms the real model returns in aux) of the real model and the minimal
     one holding its weights."""
-    real = kernels.on_cpu(project_model(family), "cpu", on=fast)
+    real = project_model(family, cpu_kernels=fast)
     mini = nano(step).from_project(real.state_dict(), real.config.to_dict()).eval()
     idx = tokens()
     targets = tokens(seed=1)

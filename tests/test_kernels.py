@@ -7,6 +7,7 @@ import torch.nn.functional as F
 
 import distributed
 import kernels
+import model
 from model import GPT, GPTConfig, apply_rope, rope_tables
 
 
@@ -124,19 +125,25 @@ def test_compiled_plain_model_matches_the_eager_fast_paths():
     loss; aot_eager runs the traced graphs without generating code, so this stays fast) with model.py's plain
     operations, as a GPU runs it: values and gradients agree."""
     cfg = GPTConfig(vocab_size=61, n_layer=2, n_embd=32, head_dim=16, block_size=16, qk_norm=True, norm_gain=True)
-    eager, compiled = kernels.install(GPT(cfg).init_weights(0)), GPT(cfg).init_weights(0)
-    assert type(eager.blocks[0].norm_attn) is kernels.FusedRMSNorm and not kernels.installed(compiled)
+    eager, compiled = GPT(cfg, cpu_kernels=True).init_weights(0), GPT(cfg).init_weights(0)
+    assert eager.blocks[0].norm_attn.fast and not compiled.blocks[0].norm_attn.fast
     distributed.compile_blocks(compiled, backend="aot_eager")
     same_step(eager, compiled)
 
 
 @pytest.mark.parametrize("kw", [dict(), dict(attn="mla", kv_lora_rank=16, rope_head_dim=8, q_lora_rank=8),
                                 dict(n_loop=2, n_prelude=1, n_coda=1, loop_norm=True, qk_norm=True)])
-def test_installing_the_fast_paths_changes_no_state_and_no_result_beyond_rounding(kw):
+def test_building_with_the_fast_paths_changes_no_state_and_no_result_beyond_rounding(kw):
+    """GPT(config, cpu_kernels=True): the same modules, classes and parameters; every RMSNorm and attention takes
+    the fast path (no module swapped later: issue 52), and a training step agrees with the plain one."""
     cfg = GPTConfig(vocab_size=61, n_layer=2, n_embd=32, head_dim=16, block_size=16, **kw)
-    plain, fast = GPT(cfg).init_weights(0), GPT(cfg).init_weights(0)
-    kernels.install(fast)
-    assert list(fast.state_dict()) == list(plain.state_dict()) and kernels.installed(fast)
-    swapped = [type(m) for m in fast.modules() if type(m) in kernels.FAST.values()]
-    assert len(swapped) == sum(type(m) in kernels.FAST for m in plain.modules()) > 0
+    plain, fast = GPT(cfg).init_weights(0), GPT(cfg, cpu_kernels=True).init_weights(0)
+    assert list(fast.state_dict()) == list(plain.state_dict())
+    assert [type(m) for m in fast.modules()] == [type(m) for m in plain.modules()]
+    norms = [m for m in fast.modules() if isinstance(m, model.RMSNorm)]
+    attention = [m for m in fast.modules() if isinstance(m, (model.CausalSelfAttention, model.MLA))]
+    assert norms and all(m.fast for m in norms) and not any(getattr(m, "fast", False) for m in plain.modules())
+    assert attention and all(m.rotate is kernels.rope_in_place for m in attention)
+    assert all(m.rotate is model.apply_rope for m in plain.modules()
+               if isinstance(m, (model.CausalSelfAttention, model.MLA)))
     same_step(plain, fast)

@@ -12,7 +12,6 @@ from torch.utils.flop_counter import FlopCounterMode
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-import kernels  # noqa: E402
 import accounting  # noqa: E402
 import scaling  # noqa: E402
 import train  # noqa: E402
@@ -412,8 +411,8 @@ def test_activation_prediction_matches_what_autograd_saves(kw, dtype):
     """memory_per_gpu's activations (plus, in bf16, autocast's weight copies, which autograd also saves) against
     the bytes autograd saves on this CPU: within 8% (MoE, looped and SwiGLU/GELU blocks, fp32 and bf16). With
     kernels.py's fast paths, whose saved tensors (the chunked cross-entropy's gradient) the estimate counts."""
-    model = GPT(GPTConfig(vocab_size=512, n_embd=128, head_dim=32, block_size=128, **kw)).init_weights(0)
-    kernels.install(model)
+    model = GPT(GPTConfig(vocab_size=512, n_embd=128, head_dim=32, block_size=128, **kw), cpu_kernels=True)
+    model.init_weights(0)
     idx = torch.randint(0, 512, (2, 128), generator=torch.Generator().manual_seed(0))
     measured = saved_activation_bytes(model, idx, dtype)
     mem = scaling.memory_per_gpu(model, dict(batch_size=2, dtype=dtype), gpus=1)["ddp"]

@@ -210,7 +210,7 @@ def make_setup(name, mcfg, dtype_name, dtype, compiled, cfg, sync):
     included, on a fixed random batch."""
     dev, B, T = cfg["device"], cfg["batch_size"], mcfg.block_size
     x = torch.randint(0, mcfg.vocab_size, (B, T), device=dev)
-    model = kernels.on_cpu(GPT(mcfg).init_weights(0).to(dev), dev, not compiled)  # as train.py
+    model = GPT(mcfg, cpu_kernels=kernels.wanted(dev, not compiled)).init_weights(0).to(dev)  # as train.py
     if compiled:
         compile_blocks(model)
     opt_cfg = dict(lr=1e-3, weight_decay=0.0, wd_independent=True, adam_eps=1e-8, optimizer="adamw", beta1=0.9,

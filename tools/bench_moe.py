@@ -103,7 +103,7 @@ def bench_models(base_cfg, dtype, dev, path_list):
     for name, kw in variants.items():
         c = GPTConfig(**{**base_cfg.to_dict(), **kw})
         torch.manual_seed(0)
-        model = kernels.on_cpu(GPT(c).init_weights(0).to(dev).train(), dev)  # as train.py's eager runs
+        model = GPT(c, cpu_kernels=kernels.wanted(dev)).init_weights(0).to(dev).train()  # as train.py's eager runs
         steppers[name] = make_steps(model, dtype, dev)
         for s in steppers[name]:
             time_steps(s, cfg["warmup"], dev)
