@@ -176,7 +176,7 @@ def conditioning_records(model, idx):
     state's shape. The walk yields the conditioning (loop.py's LoopCond, which keeps them) with each state."""
     records = []
     with torch.no_grad():
-        for label, h, cond in model.walk(model.embed(idx), model.rope(0, idx.size(1))):
+        for label, h, cond in model.walk(model.embed(idx), model.rope(0, idx.size(1)), keep_cond=True):
             if cond is not None:
                 records.append((label, {branch: [None if t is None else torch.broadcast_to(t, h.shape) for t in kept]
                                         for branch, kept in cond.out.items()}))

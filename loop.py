@@ -179,14 +179,16 @@ class IterAdaLNModulator(nn.Module):
 class LoopCond:
     """What Block.forward receives as `cond` in one pass: the block's modulator bound to this pass's embedding c.
     A plain object, so the compiled block traces through it and c (a tensor) is a graph input. The walk yields it
-    with the block's output state; it keeps what it returned, out = {"attn": (scale, shift, gate), "ffn": (...)}
-    (any of them None), for the conditioning statistics (analyze.py); a compiled block fills it too."""
+    with the block's output state. Only when an analysis asks (GPT.walk's keep_cond, for analyze.py's conditioning
+    statistics) it keeps what it returned, out = {"attn": (scale, shift, gate), "ffn": (...)} (any of them None);
+    otherwise out is None and nothing is kept."""
 
-    def __init__(self, modulator, c):
-        self.modulator, self.c, self.out = modulator, c, {}
+    def __init__(self, modulator, c, keep=False):
+        self.modulator, self.c, self.out = modulator, c, {} if keep else None
 
     def keep(self, branch, result):
-        self.out[branch] = result
+        if self.out is not None:
+            self.out[branch] = result
         return result
 
     def attn(self, x):

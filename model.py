@@ -622,21 +622,22 @@ class GPT(nn.Module):
         """The conditioning vector c (1, C) of pass `loop` (starting at time t with step size dt), or None."""
         return self.cond.vector(self, loop, t, dt) if self.cond is not None else None
 
-    def run_block(self, i, x, rope, cache, slot, loop, c, aux):
+    def run_block(self, i, x, rope, cache, slot, loop, c, aux, keep_cond=False):
         """Run block i in pass `loop` conditioned by the vector c (None: unconditioned); returns (its output, the
-        conditioning it ran with)."""
-        cond = LoopCond(self.blocks[i].modulator, c) if c is not None else None
+        conditioning it ran with, which keeps its modulators' outputs if keep_cond)."""
+        cond = LoopCond(self.blocks[i].modulator, c, keep_cond) if c is not None else None
         res_scale = self.res_scales[i] if self.res_scales is not None else 1.0
         x, block_aux = self.blocks[i](x, rope, cache, slot, cond, res_scale, loop)
         add_aux(aux, block_aux)
         return x, cond
 
-    def walk(self, x, rope, cache=None, aux=None, schedule=None):
+    def walk(self, x, rope, cache=None, aux=None, schedule=None, keep_cond=False):
         """Yield (Label, state, conditioning) after every step of the plan. x: embedded input (B, T, C); aux: a
         dict that collects the MoE layers' auxiliary terms. At the last layer of a pass (boundary=True) the state
         is what the coda would read: after the end-of-pass norm, and with hyper-connections the pooled lanes.
         conditioning: the LoopCond the layer ran with, or None. Passes before the last bptt_loops run without a
-        graph. schedule: the passes' step sizes (resolve_schedule)."""
+        graph. schedule: the passes' step sizes (resolve_schedule). keep_cond: each LoopCond keeps what its modulators
+        returned (an analysis asks; nothing is kept otherwise)."""
         cfg = self.config
         aux = {} if aux is None else aux
         steps = self.resolve_schedule(schedule)
@@ -657,7 +658,7 @@ class GPT(nn.Module):
                     c = self.loop_embedding(label.loop, sum(steps[:label.loop]), steps[label.loop])
                     x = u_in = self.between.read(state, e, label.loop)
                 x, cond = self.run_block(label.layer, x, rope, cache, label.index, label.loop,
-                                         c if looping else None, aux)
+                                         c if looping else None, aux, keep_cond)
                 if label.boundary:  # a pass ends: the end-of-pass norm, then what the next pass and the coda read
                     s = self.norm_loop(x) if self.norm_loop is not None else x
                     state = self.between.write(state, s, u_in, label.loop)

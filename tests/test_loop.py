@@ -160,11 +160,12 @@ def test_a_plain_model_makes_one_pass_and_refuses_more():
         m(idx, schedule=2)
 
 
-def test_the_walk_hands_out_what_each_layer_was_conditioned_with():
+def test_the_walk_hands_out_what_each_layer_was_conditioned_with_only_when_asked():
     m = make(n_loop=3, n_prelude=1, n_coda=1, loop_cond="iteradaln", cond_init="normal").eval()
     x = m.embed(tokens())
     with torch.no_grad():
-        steps = list(m.walk(x, m.rope(0, T)))
+        assert all(cond is None or cond.out is None for _, _, cond in m.walk(x, m.rope(0, T)))  # none asked: kept none
+        steps = list(m.walk(x, m.rope(0, T), keep_cond=True))
         assert [cond is None for _, _, cond in steps] == [label.part != "loop" for label, _, _ in steps]
         (_, h0, _), (label, _, cond) = steps[:2]  # the prelude's output is the first pass's input (no injection)
         assert label.part == "loop" and label.loop == 0
