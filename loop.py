@@ -244,13 +244,14 @@ CONDITIONING = {"none": None, "index": IndexConditioning, "loopformer": LoopForm
 #   pool(state)           the (B, T, C) state the coda and every exit at a loop boundary read
 # and with the same facts for the rest of the house: `name` (GPT's attribute holding it, so its parameters'
 # prefix in checkpoints), `role` (the optimizer role of its parameters; None: as GPT.param_role decides),
-# `max_passes` (None: any schedule), runs() and extra_macs() (scaling.py's accounting), check(cfg) (a config error,
+# `max_passes` (None: any schedule), runs() and extra_macs() (accounting.py's counts), check(cfg) (a config error,
 # or None).
 
 
 class Passthrough(nn.Module):
     """injection='none', Schwethelm et al.'s "passthrough": each pass reads the state the last one wrote, u = h,
-    with h0 = e. Holds no parameters; the other kinds keep its defaults where they agree."""
+    with h0 = e. Holds no parameters; the other kinds keep its defaults where they agree. Its four methods are
+    identities, so GPT.walk skips them when the kind is this class itself: a plain model's forward runs none."""
     name, role, max_passes = "inject", None, None
 
     def __init__(self, cfg):

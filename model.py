@@ -26,7 +26,7 @@ import torch.nn.functional as F
 
 from kernels import chunked_cross_entropy, fused_rms_norm, rope_in_place  # the CPU fast paths
 from loop import (BETWEEN_PASSES, CONDITIONING, ELASTIC, RESIDUAL_RULES, TRAJECTORY_SAMPLERS, Label,  # noqa: F401
-                  LoopCond, ScalarEmbedder, add_aux, between_passes_kind, depth_lr_factor, make_plan,
+                  LoopCond, Passthrough, ScalarEmbedder, add_aux, between_passes_kind, depth_lr_factor, make_plan,
                   resolve_schedule)
 from moe import ROUTERS, make_ffn
 
@@ -484,15 +484,16 @@ class Block(nn.Module):
 
     def forward(self, x, rope, cache=None, slot=0, cond=None, res_scale=1.0, loop=0):
         """loop: the pass this call belongs to, for the routing records of an MoE layer (moe.py)."""
-        h, gate = self.attention_input(x, cond)
+        h, gate = self.attention_input(x, cond) if cond is not None else (self.norm_attn(x), None)
         a = self.attn(h, rope, cache, slot)
         if self.post_attn is not None:
             a = self.post_attn(a)
         x = x + res_scale * (a if gate is None else gate * a)
 
-        h = self.norm_ffn(x)
-        scale, shift, gate = cond.ffn(x) if cond is not None else (None, None, None)
-        h = modulate(h, scale, shift)
+        h, gate = self.norm_ffn(x), None
+        if cond is not None:
+            scale, shift, gate = cond.ffn(x)
+            h = modulate(h, scale, shift)
         aux = None
         if self.returns_aux:
             f, aux = self.ffn(h, loop)
@@ -543,10 +544,14 @@ class GPT(nn.Module):
         between = between_passes_kind(cfg)(cfg)
         self.add_module(between.name, between)
         self.between_name = between.name
+        self.passthrough = type(between) is Passthrough  # its methods are identities: the walk skips them
         self.cond = CONDITIONING[cfg.loop_cond]
         self.loop_embed = self.step_embed = None  # the papers' embedder names, None without them (analyses ask)
         for name in self.cond.embedders if self.cond is not None else ():  # in the row's order: its init order
             setattr(self, name, ScalarEmbedder(C))
+        # the trained depth's steps and plan, made once (GPT.walk at schedule=None: every training and decoding step)
+        self.trained_steps = self.resolve_schedule()
+        self.trained_plan = make_plan(cfg, len(self.trained_steps))
         buffers = self.derived_buffers(res_scale)
         for name, tensor in buffers.items():
             self.register_buffer(name, tensor, persistent=False)
@@ -628,7 +633,8 @@ class GPT(nn.Module):
         cond = LoopCond(self.blocks[i].modulator, c, keep_cond) if c is not None else None
         res_scale = self.res_scales[i] if self.res_scales is not None else 1.0
         x, block_aux = self.blocks[i](x, rope, cache, slot, cond, res_scale, loop)
-        add_aux(aux, block_aux)
+        if block_aux is not None:  # an MoE layer's balancing terms
+            add_aux(aux, block_aux)
         return x, cond
 
     def walk(self, x, rope, cache=None, aux=None, schedule=None, keep_cond=False):
@@ -640,29 +646,34 @@ class GPT(nn.Module):
         returned (an analysis asks; nothing is kept otherwise)."""
         cfg = self.config
         aux = {} if aux is None else aux
-        steps = self.resolve_schedule(schedule)
+        steps = self.trained_steps if schedule is None else self.resolve_schedule(schedule)
+        plan = self.trained_plan if schedule is None else make_plan(cfg, len(steps))
         n_frozen = len(steps) - cfg.bptt_loops if (cfg.bptt_loops and torch.is_grad_enabled()) else 0
+        between = None if self.passthrough else self.between  # (passthrough: each pass reads what the last wrote)
         if self.norm_embed is not None:
             x = self.norm_embed(x)
         e = state = u_in = c = None
-        for label in make_plan(cfg, len(steps)):
+        for label in plan:
             # truncated BPTT (Schwethelm et al. 2026, App. G.1): the first passes build no graph, which detaches the
             # state they hand on. Never yield inside the no_grad block: the caller would run without grad too.
             looping = label.part == "loop"
             frozen = torch.no_grad() if looping and label.loop < n_frozen else nullcontext()
             with frozen:
                 if looping and label.layer == cfg.n_prelude:  # a pass begins: its conditioning and its input
-                    if label.loop == 0:
-                        e = x  # the prelude output, injected into every pass
-                        state = self.between.start(e)
-                    c = self.loop_embedding(label.loop, sum(steps[:label.loop]), steps[label.loop])
-                    x = u_in = self.between.read(state, e, label.loop)
+                    if self.cond is not None:
+                        c = self.loop_embedding(label.loop, sum(steps[:label.loop]), steps[label.loop])
+                    if between is not None:
+                        if label.loop == 0:
+                            e = x  # the prelude output, injected into every pass
+                            state = between.start(e)
+                        x = u_in = between.read(state, e, label.loop)
                 x, cond = self.run_block(label.layer, x, rope, cache, label.index, label.loop,
                                          c if looping else None, aux, keep_cond)
                 if label.boundary:  # a pass ends: the end-of-pass norm, then what the next pass and the coda read
-                    s = self.norm_loop(x) if self.norm_loop is not None else x
-                    state = self.between.write(state, s, u_in, label.loop)
-                    x = self.between.pool(state)
+                    x = self.norm_loop(x) if self.norm_loop is not None else x
+                    if between is not None:
+                        state = between.write(state, x, u_in, label.loop)
+                        x = between.pool(state)
             yield label, x, cond
 
     def fill_cache(self, labels, h, rope, cache, schedule=None):
@@ -730,7 +741,7 @@ class GPT(nn.Module):
         label = None
         for label, x, _ in self.walk(x, self.rope(pos, idx.size(1)), cache, aux, schedule):
             pass
-        logits = self.readout(x, label)
+        logits = self.logits(x)  # the walk ends at the final state (readout's final_state has nothing left to run)
         if cache is not None:
             cache.pos += idx.size(1)
         loss = None if targets is None else self.loss(logits, targets)

@@ -162,3 +162,31 @@ def test_the_check_catches_a_planted_breach(tmp_path, planted, expected):
     write(tmp_path, planted)
     found = problems(str(tmp_path))
     assert any(expected in p for p in found), found
+
+
+def test_a_plain_forward_runs_at_most_15_project_functions():
+    """From GPT.forward to the loss, GPT(GPTConfig()) with the CPU fast paths off runs at most 15 distinct functions
+    (code objects) of the project's files, counted with sys.setprofile (nanoGPT's runs 5): a one-pass model walks
+    the one plan, without the between-pass machinery, the conditioning or the MoE's aux bookkeeping it does not use.
+    Looped models still go through the same walk (tests/test_loop.py: one pass equals the plain model)."""
+    import sys
+
+    import torch
+
+    from model import GPT, GPTConfig
+    model = GPT(GPTConfig()).init_weights(0)
+    idx = torch.randint(0, 257, (2, 16), generator=torch.Generator().manual_seed(0))
+    seen = set()
+
+    def profile(frame, event, arg):
+        path = frame.f_code.co_filename
+        if event == "call" and path.startswith(ROOT + os.sep) and os.sep + "tests" + os.sep not in path:
+            seen.add((os.path.relpath(path, ROOT), frame.f_code.co_firstlineno, frame.f_code.co_name))
+
+    sys.setprofile(profile)
+    try:
+        model(idx, idx)
+    finally:
+        sys.setprofile(None)
+    assert ("model.py", GPT.forward.__code__.co_firstlineno, "forward") in seen  # the count sees the forward
+    assert len(seen) <= 15, sorted(seen)
