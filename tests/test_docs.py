@@ -276,6 +276,8 @@ def test_printed_numbers_are_the_committed_json():
 PATCHES = sorted(glob.glob(os.path.join(REPO, "course", "exercises", "*.patch")))
 SELF_CHECK_02 = os.path.join(REPO, "course", "exercises", "02_pass_embedding_check.py")
 WRONG_02 = os.path.join(REPO, "tests", "fixtures", "exercises", "02_pass_embedding_same_for_every_pass.patch")
+SELF_CHECK_03 = os.path.join(REPO, "course", "exercises", "03_additive_injection_check.py")
+WRONG_03 = os.path.join(REPO, "tests", "fixtures", "exercises", "03_additive_injection_h0_is_e.patch")
 TINY = "n_embd=32, head_dim=16, block_size=16"
 CHECKS = {  # what each solution must do, as its lecture says; run in a copy of the project with only it applied
     "01_inverse_sqrt": """
@@ -287,15 +289,10 @@ assert "inverse_sqrt" in train._CHOICES["schedule"]""",
 import subprocess, sys
 r = subprocess.run([sys.executable, {SELF_CHECK_02!r}, "course/nano/loop.py"], capture_output=True, text=True)
 assert r.returncode == 0, r.stdout + r.stderr""",
-    "03_gated_injection": f"""
-import math, torch
-from model import GPT, GPTConfig
-m = GPT(GPTConfig(n_prelude=1, n_layer=1, n_coda=1, n_loop=2, injection="gated", {TINY})).init_weights(0)
-e, h = torch.randn(2, 16, 32), torch.randn(2, 16, 32)
-assert torch.allclose(m.between.read(h, e, 1), h + e / (1 + math.exp(4)))
-x = torch.randint(0, 257, (2, 16))
-m(x, x)[1].backward()
-assert m.between.gate.grad is not None and m.param_role("inject.gate", m.between.gate) == "norm\"""",
+    "03_additive_injection": f"""
+import subprocess, sys
+r = subprocess.run([sys.executable, {SELF_CHECK_03!r}, "course/nano/prelude.py"], capture_output=True, text=True)
+assert r.returncode == 0, r.stdout + r.stderr""",
     "04_softmax_all_router": f"""
 import torch
 from model import GPT, GPTConfig
@@ -410,19 +407,23 @@ def test_every_course_training_command_names_its_own_out_dir():
     set-up's `python train.py` aside: it is that run)."""
     commands = [re.split(r"`|\n\s*\n", COURSE[m.start():])[0] for m in re.finditer(r"python train\.py", COURSE)]
     missing = [c for c in commands if "--out_dir=" not in c and not c.endswith("python train.py")]
-    assert len(commands) >= 10 and not missing, missing  # 10 when lecture 2's exercise moved to course/nano
+    assert len(commands) >= 9 and not missing, missing  # 9 since lectures 2 and 3 have their exercises in course/nano
 
 
-def run_self_check_02(tmp_path, patch=None):
-    """Lecture 2's self-check on a copy of course/nano/loop.py (with the patch applied): (exit code, stdout)."""
+def run_self_check(tmp_path, script, nano_file, patch=None):
+    """A lecture's self-check on a copy of course/nano/<nano_file> (with the patch applied): (exit code, stdout)."""
     tree = tmp_path / (os.path.basename(patch)[:-6] if patch else "unmodified")
     shutil.copytree(os.path.join(REPO, "course", "nano"), tree / "course" / "nano")
     if patch:
         r = subprocess.run(["git", "apply", patch], cwd=tree, capture_output=True, text=True)
         assert r.returncode == 0, r.stderr
-    r = subprocess.run([sys.executable, SELF_CHECK_02, str(tree / "course" / "nano" / "loop.py")],
+    r = subprocess.run([sys.executable, script, str(tree / "course" / "nano" / nano_file)],
                        capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
     return r.returncode, r.stdout + r.stderr
+
+
+def run_self_check_02(tmp_path, patch=None):
+    return run_self_check(tmp_path, SELF_CHECK_02, "loop.py", patch)
 
 
 def verdicts(out):
@@ -442,4 +443,19 @@ def test_the_lecture_2_self_check_tells_right_from_wrong(tmp_path):
     assert code == 1 and v == {1: "PASS", 2: "PASS", 3: "PASS", 4: "FAIL", 5: "FAIL", 6: "PASS"}, out
     assert "pass 1 gets e_0, not its own e_1" in out, out
     code, out = run_self_check_02(tmp_path, os.path.join(REPO, "course", "exercises", "02_pass_embedding.patch"))
+    assert code == 0 and set(verdicts(out).values()) == {"PASS"} and len(verdicts(out)) == 6, out
+
+
+def test_the_lecture_3_self_check_tells_right_from_wrong(tmp_path):
+    """It fails on the unmodified prelude.py (Config has no injection: check 1), on a plausible wrong solution that
+    starts the first pass from h = e instead of 0 (pass 0 reads e + e: checks 2 and 3 fail and say so, while the
+    later passes, the linear default and the cache pass), and passes on the committed solution."""
+    code, out = run_self_check(tmp_path, SELF_CHECK_03, "prelude.py")
+    assert code == 1 and verdicts(out)[1] == "FAIL" and "Config has no key injection" in out, out
+    code, out = run_self_check(tmp_path, SELF_CHECK_03, "prelude.py", WRONG_03)
+    v = verdicts(out)
+    assert code == 1 and v == {1: "PASS", 2: "FAIL", 3: "FAIL", 4: "PASS", 5: "PASS", 6: "PASS"}, out
+    assert "pass 0 reads e + e" in out, out
+    solution = os.path.join(REPO, "course", "exercises", "03_additive_injection.patch")
+    code, out = run_self_check(tmp_path, SELF_CHECK_03, "prelude.py", solution)
     assert code == 0 and set(verdicts(out).values()) == {"PASS"} and len(verdicts(out)) == 6, out
