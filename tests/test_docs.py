@@ -278,6 +278,8 @@ SELF_CHECK_02 = os.path.join(REPO, "course", "exercises", "02_pass_embedding_che
 WRONG_02 = os.path.join(REPO, "tests", "fixtures", "exercises", "02_pass_embedding_same_for_every_pass.patch")
 SELF_CHECK_03 = os.path.join(REPO, "course", "exercises", "03_additive_injection_check.py")
 WRONG_03 = os.path.join(REPO, "tests", "fixtures", "exercises", "03_additive_injection_h0_is_e.patch")
+SELF_CHECK_04 = os.path.join(REPO, "course", "exercises", "04_sigmoid_router_check.py")
+WRONG_04 = os.path.join(REPO, "tests", "fixtures", "exercises", "04_sigmoid_router_gates_not_renormalised.patch")
 TINY = "n_embd=32, head_dim=16, block_size=16"
 CHECKS = {  # what each solution must do, as its lecture says; run in a copy of the project with only it applied
     "01_inverse_sqrt": """
@@ -293,12 +295,10 @@ assert r.returncode == 0, r.stdout + r.stderr""",
 import subprocess, sys
 r = subprocess.run([sys.executable, {SELF_CHECK_03!r}, "course/nano/prelude.py"], capture_output=True, text=True)
 assert r.returncode == 0, r.stdout + r.stderr""",
-    "04_softmax_all_router": f"""
-import torch
-from model import GPT, GPTConfig
-m = GPT(GPTConfig(n_layer=2, n_expert=4, top_k=2, moe_router="softmax_all", {TINY})).init_weights(0)
-logits, probs, experts, gates = m.blocks[0].ffn.route(torch.randn(10, 32))
-assert (gates.sum(-1) < 1).all() and torch.allclose(gates, torch.softmax(logits, -1).gather(1, experts))""",
+    "04_sigmoid_router": f"""
+import subprocess, sys
+r = subprocess.run([sys.executable, {SELF_CHECK_04!r}, "course/nano/moe.py"], capture_output=True, text=True)
+assert r.returncode == 0, r.stdout + r.stderr""",
     "05_proportional_bias": f"""
 import torch, moe
 from model import GPT, GPTConfig
@@ -459,3 +459,17 @@ def test_the_lecture_3_self_check_tells_right_from_wrong(tmp_path):
     solution = os.path.join(REPO, "course", "exercises", "03_additive_injection.patch")
     code, out = run_self_check(tmp_path, SELF_CHECK_03, "prelude.py", solution)
     assert code == 0 and set(verdicts(out).values()) == {"PASS"} and len(verdicts(out)) == 6, out
+
+
+def test_the_lecture_4_self_check_tells_right_from_wrong(tmp_path):
+    """It fails on the unmodified moe.py (Config has no router: check 1), on a plausible wrong solution whose gates
+    are the picked sigmoid scores without renormalising (the logits and the loss differ from the project's sigmoid
+    router, while the softmax default and the cache pass), and passes on the committed solution."""
+    code, out = run_self_check(tmp_path, SELF_CHECK_04, "moe.py")
+    assert code == 1 and verdicts(out)[1] == "FAIL" and "Config has no key router" in out, out
+    code, out = run_self_check(tmp_path, SELF_CHECK_04, "moe.py", WRONG_04)
+    v = verdicts(out)
+    assert code == 1 and v == {1: "PASS", 2: "FAIL", 3: "FAIL", 4: "PASS", 5: "PASS"}, out
+    solution = os.path.join(REPO, "course", "exercises", "04_sigmoid_router.patch")
+    code, out = run_self_check(tmp_path, SELF_CHECK_04, "moe.py", solution)
+    assert code == 0 and set(verdicts(out).values()) == {"PASS"} and len(verdicts(out)) == 5, out
