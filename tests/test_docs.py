@@ -274,6 +274,8 @@ def test_printed_numbers_are_the_committed_json():
 
 
 PATCHES = sorted(glob.glob(os.path.join(REPO, "course", "exercises", "*.patch")))
+SELF_CHECK_01 = os.path.join(REPO, "course", "exercises", "01_learned_positions_check.py")
+WRONG_01 = os.path.join(REPO, "tests", "fixtures", "exercises", "01_learned_positions_restart_at_0.patch")
 SELF_CHECK_02 = os.path.join(REPO, "course", "exercises", "02_pass_embedding_check.py")
 WRONG_02 = os.path.join(REPO, "tests", "fixtures", "exercises", "02_pass_embedding_same_for_every_pass.patch")
 SELF_CHECK_03 = os.path.join(REPO, "course", "exercises", "03_additive_injection_check.py")
@@ -282,11 +284,10 @@ SELF_CHECK_04 = os.path.join(REPO, "course", "exercises", "04_sigmoid_router_che
 WRONG_04 = os.path.join(REPO, "tests", "fixtures", "exercises", "04_sigmoid_router_gates_not_renormalised.patch")
 TINY = "n_embd=32, head_dim=16, block_size=16"
 CHECKS = {  # what each solution must do, as its lecture says; run in a copy of the project with only it applied
-    "01_inverse_sqrt": """
-import optim, train
-cfg = dict(warmup_iters=10, min_lr_frac=0.0, schedule="inverse_sqrt")
-assert abs(optim.lr_multiplier(39, 100, cfg) - 0.5) < 1e-12 and abs(optim.lr_multiplier(9, 100, cfg) - 1) < 1e-12
-assert "inverse_sqrt" in train._CHOICES["schedule"]""",
+    "01_learned_positions": f"""
+import subprocess, sys
+r = subprocess.run([sys.executable, {SELF_CHECK_01!r}, "course/nano/gpt.py"], capture_output=True, text=True)
+assert r.returncode == 0, r.stdout + r.stderr""",
     "02_pass_embedding": f"""
 import subprocess, sys
 r = subprocess.run([sys.executable, {SELF_CHECK_02!r}, "course/nano/loop.py"], capture_output=True, text=True)
@@ -407,7 +408,7 @@ def test_every_course_training_command_names_its_own_out_dir():
     set-up's `python train.py` aside: it is that run)."""
     commands = [re.split(r"`|\n\s*\n", COURSE[m.start():])[0] for m in re.finditer(r"python train\.py", COURSE)]
     missing = [c for c in commands if "--out_dir=" not in c and not c.endswith("python train.py")]
-    assert len(commands) >= 9 and not missing, missing  # 9 since lectures 2 and 3 have their exercises in course/nano
+    assert len(commands) >= 8 and not missing, missing  # 8 since lectures 1-3 have their exercises in course/nano
 
 
 def run_self_check(tmp_path, script, nano_file, patch=None):
@@ -429,6 +430,21 @@ def run_self_check_02(tmp_path, patch=None):
 def verdicts(out):
     """{check number: "PASS" | "FAIL"} of the self-check's printout."""
     return {int(m.group(2)): m.group(1) for m in re.finditer(r"^(PASS|FAIL)  (\d)\.", out, re.M)}
+
+
+def test_the_lecture_1_self_check_tells_right_from_wrong(tmp_path):
+    """It fails on the unmodified gpt.py (Config has no pos_emb: check 1), on a plausible wrong solution that numbers
+    the positions of every call from 0 (right for a full forward, wrong once decoding continues after cached tokens:
+    only check 5 fails, and it says what to look at), and passes on the committed solution."""
+    code, out = run_self_check(tmp_path, SELF_CHECK_01, "gpt.py")
+    assert code == 1 and verdicts(out)[1] == "FAIL" and "Config has no key pos_emb" in out, out
+    code, out = run_self_check(tmp_path, SELF_CHECK_01, "gpt.py", WRONG_01)
+    v = verdicts(out)
+    assert code == 1 and v == {1: "PASS", 2: "PASS", 3: "PASS", 4: "PASS", 5: "FAIL"}, out
+    assert "the position after the cached ones" in out, out
+    solution = os.path.join(REPO, "course", "exercises", "01_learned_positions.patch")
+    code, out = run_self_check(tmp_path, SELF_CHECK_01, "gpt.py", solution)
+    assert code == 0 and set(verdicts(out).values()) == {"PASS"} and len(verdicts(out)) == 5, out
 
 
 def test_the_lecture_2_self_check_tells_right_from_wrong(tmp_path):
