@@ -147,7 +147,7 @@ def mean_cosine(x, y):
 
 
 # =====================================================================================================================
-# Collecting states and records: the model's own walk (its states and conditioning), routing.py's records
+# Collecting states and records: the model's own walk (its states and conditioning), moe.py's routing records
 
 
 def collect_states(model, idx):

@@ -458,7 +458,7 @@ def load_sharded(path, model, optimizer, optimizer_saved):
     when the number of ranks changed). The optimizer state is taken (initialised by torch) before the weights are
     set, so that its initialising step cannot touch them."""
     import torch.distributed.checkpoint as dcp  # heavy (most of a second): --fsdp checkpoints only
-    from torch.distributed.checkpoint.state_dict import (get_model_state_dict, get_optimizer_state_dict,  # (--fsdp only)
+    from torch.distributed.checkpoint.state_dict import (get_model_state_dict, get_optimizer_state_dict,  # (--fsdp)
                                                          set_model_state_dict, set_optimizer_state_dict)
     parts = optimizer_parts(optimizer)
     state = {"model": get_model_state_dict(model)}

@@ -36,7 +36,7 @@ class ConfigError(SystemExit):
 
 
 # A run stopped by a signal saves and exits with this code (checkpoint.py): it is not done, --resume continues it (a
-# scheduler may requeue it). Here, in the light module every script imports, so that sweep.py's jobs read it
+# scheduler may requeue it). Here, in the light module every script imports, so that lab/sweep.py's jobs read it
 # without importing torch.
 EXIT_RESUMABLE = 75  # EX_TEMPFAIL
 

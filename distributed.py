@@ -111,7 +111,7 @@ def check_world(grad_accum, world_size):
 
 def keep_freed_memory():
     """Stop glibc from returning large freed blocks to the OS. Blocks over 32 MiB (logits and their gradient
-    for a 50k vocabulary) are otherwise mmap-ed fresh every step and page-faulted in again (bench.py's nanogpt
+    for a 50k vocabulary) are otherwise mmap-ed fresh every step and page-faulted in again (tools/bench.py's nanogpt
     preset in bf16 measures the cost). Same effect as starting Python with
     MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=2147483647. Linux/glibc only; returns False where it does nothing."""
     try:
@@ -300,16 +300,17 @@ def checkpoint_blocks(model):
     backward (torch.utils.checkpoint, non-reentrant), once per call, so a shared block run n_loop times stores
     n_loop inputs instead of n_loop sets of activations. It wraps each block's forward in place (after
     compile_blocks: the checkpoint stays eager around the compiled forward): state_dict keys and FSDP's hooks
-    (outside the checkpoint, as in torchtitan) are unchanged. The recomputation runs inside moe.recomputing():
+    (outside the checkpoint, as in torchtitan) are unchanged. The recomputation runs inside moe.recomputing(block):
     routing loads are counted once per token."""
     for block in model.blocks:
-        block.forward = functools.partial(checkpointed, block.forward)
+        block.forward = functools.partial(checkpointed, block, block.forward)
     return model
 
 
-def checkpointed(forward, *args, **kwargs):
-    """forward(*args, **kwargs), its activations recomputed in the backward instead of stored (with grad only)."""
+def checkpointed(block, forward, *args, **kwargs):
+    """forward(*args, **kwargs) of `block`, its activations recomputed in the backward instead of stored (with grad
+    only); the recomputation runs inside moe.recomputing(block)."""
     if not torch.is_grad_enabled():
         return forward(*args, **kwargs)
     return torch.utils.checkpoint.checkpoint(forward, *args, use_reentrant=False,
-                                             context_fn=lambda: (nullcontext(), recomputing()), **kwargs)
+                                             context_fn=lambda: (nullcontext(), recomputing(block)), **kwargs)

@@ -806,7 +806,8 @@ def redraw_eval(path):
 
 def settings():
     """This file's keys and their defaults (hf/harness.py takes them too)."""
-    return {k: v for k, v in globals().items() if k.islower() and not k.startswith("_") and isinstance(v, configurator.SIMPLE_TYPES)}
+    return {k: v for k, v in globals().items()
+            if k.islower() and not k.startswith("_") and isinstance(v, configurator.SIMPLE_TYPES)}
 
 
 def choices():

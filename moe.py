@@ -14,11 +14,11 @@ Mixture-of-experts FFN layers for plain and looped models:
   outputs per token, never looping over tokens: "loop" (a Python loop over the experts: the readable path, and the
   fastest on a CPU), "grouped" (torch grouped_mm: CUDA in bf16; static shapes, no host sync) and "batched" (a
   zero-padded buffer and bmm: a compiled block on a CPU). "auto" picks by device, dtype and compilation
-  (resolve_dispatch; bench_moe.py measures them). Each path matches a float64 per-token reference in
+  (resolve_dispatch; tools/bench_moe.py measures them). Each path matches a float64 per-token reference in
   tests/test_moe.py, values and gradients. A capacity factor (off by default) drops the slots beyond an expert's
   capacity in slot order (earlier tokens first); grouped and loop still compute the dropped rows, with gate 0.
 - Counters: `expert_load` counts routed slots per expert in training steps only, once per token (not again when
-  activation checkpointing recomputes a forward: recomputing()); routing.py records what each call routed.
+  activation checkpointing recomputes a forward: recomputing(block)); record_routing (below) records each call.
 
 Shape suffixes: N tokens = B*T, C width, E experts, K = top_k, S = N*K slots, H expert hidden, U = 2H for SwiGLU's
 [value; gate] rows (else H), P padded rows per expert.
@@ -88,6 +88,7 @@ class MoE(nn.Module):
         self.register_buffer("expert_bias", torch.zeros(E))  # saved: it changes which experts are picked
         self.register_buffer("expert_load", torch.zeros(E), persistent=False)  # slots routed since the last step
         self._records = None
+        self.recomputing = False  # True while activation checkpointing re-runs this layer (recomputing)
         nn.init.normal_(self.w_up, 0.0, 0.02)  # GPT.init_weights re-initialises every matrix (muP)
         nn.init.normal_(self.w_down, 0.0, 0.02)
         for p in (self.shared_up, self.shared_down):
@@ -149,10 +150,10 @@ class MoE(nn.Module):
         logits_NE, probs_NE, experts_NK, gates_NK = self.route(x_NC)
         load_E = torch.zeros(self.n_expert, device=h.device, dtype=logits_NE.dtype).scatter_add_(
             0, experts_NK.reshape(-1), torch.ones(experts_NK.numel(), device=h.device, dtype=logits_NE.dtype))
-        if self.training and torch.is_grad_enabled() and not _recomputing:  # training steps, each token once
+        if self.training and torch.is_grad_enabled() and not self.recomputing:  # training steps, each token once
             self.expert_load += load_E
         aux = self.balance_losses(logits_NE, probs_NE, experts_NK, load_E, B)
-        if self._records is not None and not _recomputing:
+        if self._records is not None and not self.recomputing:
             self._records.append(dict(layer=self.layer, loop=loop, shape=(B, T),
                                       experts=experts_NK.detach().cpu(), gates=gates_NK.detach().cpu(),
                                       router_input=x_NC.detach().float().cpu()))
@@ -271,7 +272,7 @@ def combine(y_SC, order_S, gates_NK, keep_S):
     weighted_SC = y_SC * gates_S[:, None]
     if y_SC.is_cuda:  # back to slot order, then sum each token's K rows: deterministic, no atomic adds
         return PermuteRows.apply(weighted_SC, inverse_permutation(order_S), order_S).view(N, K, -1).sum(1)
-    # CPU: one index_add (deterministic there), faster than unsort + sum (bench_moe.py)
+    # CPU: one index_add (deterministic there), faster than unsort + sum (tools/bench_moe.py)
     return weighted_SC.new_zeros(N, y_SC.size(1)).index_add(0, order_S // K, weighted_SC)
 
 
@@ -346,20 +347,21 @@ DISPATCH = dict(grouped=dispatch_grouped, batched=dispatch_batched, loop=dispatc
 # ---------------------------------------------------------------------------------------------------------------
 # balancing and records across the model
 
-_recomputing = False  # True while activation checkpointing re-runs a forward in the backward (see recomputing)
-
-
 @contextlib.contextmanager
-def recomputing():
+def recomputing(module):
     """Activation checkpointing (distributed.checkpoint_blocks) runs each block's forward a second time in the backward
-    to rebuild its activations: inside this context the MoE layers neither count their loads nor record routing
-    again, so every token is counted once per training step, as without checkpointing."""
-    global _recomputing
-    before, _recomputing = _recomputing, True
+    to rebuild its activations: inside this context the MoE layers of `module` (the block being recomputed) neither
+    count their loads nor record routing again, so every token is counted once per training step, as without
+    checkpointing. The state is each layer's own, set for the recomputation only (no module-global flag)."""
+    layers = moe_layers(module)
+    before = [m.recomputing for m in layers]
+    for m in layers:
+        m.recomputing = True
     try:
         yield
     finally:
-        _recomputing = before
+        for m, was in zip(layers, before):
+            m.recomputing = was
 
 
 def moe_layers(model):

@@ -1,5 +1,6 @@
 """
-Optimizers, learning-rate schedules and the one training step that train.py, analyze.py (residual growth) and tools/bench.py share.
+Optimizers, learning-rate schedules and the one training step that train.py, analyze.py (residual growth) and
+tools/bench.py share.
 
 - make_optimizer: AdamW over the model's parameter groups (muP and the other LR / eps rules live in
   model.param_groups), or MuonH on the hidden matrices + AdamW on the rest (Schwethelm et al. 2026).

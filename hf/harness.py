@@ -123,7 +123,8 @@ def harness_tasks(text):
                               "(shots a whole number >= 0)")
         out.append((name, int(shots) if shots else None))
     if not out:
-        raise ConfigError("config error: python -m hf.harness needs --tasks: harness task names, comma-separated (name:shots)")
+        raise ConfigError("config error: python -m hf.harness needs --tasks: harness task names, comma-separated "
+                          "(name:shots)")
     return out
 
 

@@ -1,14 +1,15 @@
 """
 The statistics of scaling sweeps: scaling-law fits and their bootstrap intervals, delta phi between designs, the
-power of a planned grid, learning-rate transfer, comparisons of arms at matched compute (their figures: figures.py).
-scaling.py counts parameters and FLOPs and sweep.py runs the sweeps; this file reads the rows they write (a sweep's
-results.jsonl, a record's records/<paper>/<sweep>.jsonl) and fits them. Its commands run through scaling.py:
+power of a planned grid, learning-rate transfer, comparisons of arms at matched compute (their figures:
+lab/figures.py). accounting.py counts parameters and FLOPs and lab/sweep.py runs the sweeps; this file reads the rows
+they write (a sweep's results.jsonl, a record's records/<paper>/<sweep>.jsonl) and fits them. Its commands run
+through scaling.py:
 
     python scaling.py fit out/sweeps/isoflop_cpu/results.jsonl --law=isoflop
     python scaling.py figures records/
     python scaling.py power config/sweeps/isodepth_cpu.py --calibrate=records/schwethelm2026/isodepth_pilot_cpu.jsonl
 
-The tests of the records' statistical standard (records/README.md) live in verdicts.py and run from here:
+The tests of the records' statistical standard (records/README.md) live in lab/verdicts.py and run from here:
 
     python -m lab.fits ttest 0.006 0.043 0.042
 """

@@ -186,7 +186,7 @@ def main(argv=None):
     if argv and not check:
         print(f"usage: python -m lab.records [--check] (not {' '.join(argv)!r})", file=sys.stderr)
         return 2
-    os.chdir(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # block headers name files from the project root
+    os.chdir(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # block headers name files from the root
     stale = []
     for record in sorted(glob.glob("records/*.md")):
         with open(record) as f:

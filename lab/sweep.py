@@ -2,7 +2,7 @@
 Scaling sweeps: plan a grid of training runs, run train.py for each point (one at a time or several at once), and
 append one row per finished run to results.jsonl (and to the committed record). Re-running a sweep resumes it: a
 finished point is skipped, a killed one continues from its checkpoint. The accounting each point's plan rests on is
-scaling.py's; the fits of the rows are fits.py's. The command runs through scaling.py:
+accounting.py's; the fits of the rows are lab/fits.py's. The command runs through scaling.py (or python -m lab.sweep):
 
     python scaling.py sweep config/sweeps/isoflop_cpu.py --dry_run     # the plan: points, tokens, estimated time
     python scaling.py sweep config/sweeps/isoflop_cpu.py --parallel=2  # run what is not done yet
@@ -74,7 +74,7 @@ from model import GPTConfig
 from data import TOKENIZER_VOCAB, json_lines  # a named tokenizer sets the vocabulary (data.training_vocab)
 from runlog import SNAPSHOT_REVISION, file_sha256, git, git_revision, snapshot_revision  # provenance
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the checkout: specs and records are named relative to it
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the checkout: specs and records are relative to it
 TRAIN_PY = os.path.join(REPO, "train.py")  # describes the keys
 ROW_FIELDS = ("arch", "n_embd", "n_layer", "n_loop", "lr", "flops_budget", "seed")
 

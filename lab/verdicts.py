@@ -3,9 +3,10 @@ The records' statistical standard (records/README.md) and the readers of the stu
 over training seeds, TOST equivalence within a margin, Holm over a finding's comparisons, a sequential design's
 threshold; the per-seed differences each study's JSONs give (LoopFormer's elastic budgets, Chen et al.'s probes,
 Lee et al.'s early exits, Jeddi et al.'s representation metrics); and the tables of per-seed numbers a record draws
-as generated blocks (records.py). fits.py fits the scaling laws; this file judges what seeds say.
+as generated blocks (lab/records.py). lab/fits.py fits the scaling laws; this file judges what seeds say.
 
-Its commands run through fits.py, the name every committed result JSON gives in its provenance:
+Its commands run through lab/fits.py (python -m lab.fits), the name every committed result JSON gives in its
+provenance:
 
     python -m lab.fits ttest 0.006 0.043 0.042
     python -m lab.fits family 'a=0.1,0.2,0.3' 'b=-0.1,0.0,0.2' --out=F.json
@@ -316,14 +317,15 @@ def main_table(argv, opts):
 
 
 def main_test(argv):
-    """The standard's tests (records/README.md). python -m lab.fits ttest|tost --margin=M|holm VALUE ...: one comparison's
-    per-seed differences (holm: one family's p-values); --looks=K: a sequential design's threshold. python -m lab.fits
-    family NAME=D1,D2,... (NAME@LOOKS=...) ...: several comparisons of one finding, Holm over them (TOST with
-    --margin). From the records' JSONs, one per seed: elastic LOOPFORMER.json PLAIN.json ... [--margin=M] (Jeddi et
-    al.'s Table 1), probes EVAL.json ... --reference=MODEL (Chen et al.'s probes), exits EE.json ... --pairs=A<B,...
-    [--measure=relative] [--saved=0.30] (Lee et al.'s early exits, exit_comparisons), representation R.json ...
-    --model=A --reference=B (Jeddi et al.'s four metrics); table rows|exits|elastic ...: a record's table of per-seed
-    numbers (main_table). --out=F.json: all but ttest|tost|holm write their result with its provenance."""
+    """The standard's tests (records/README.md). python -m lab.fits ttest|tost --margin=M|holm VALUE ...: one
+    comparison's per-seed differences (holm: one family's p-values); --looks=K: a sequential design's threshold.
+    python -m lab.fits family NAME=D1,D2,... (NAME@LOOKS=...) ...: several comparisons of one finding, Holm over
+    them (TOST with --margin). From the records' JSONs, one per seed: elastic LOOPFORMER.json PLAIN.json ...
+    [--margin=M] (Jeddi et al.'s Table 1), probes EVAL.json ... --reference=MODEL (Chen et al.'s probes), exits
+    EE.json ... --pairs=A<B,... [--measure=relative] [--saved=0.30] (Lee et al.'s early exits, exit_comparisons),
+    representation R.json ... --model=A --reference=B (Jeddi et al.'s four metrics); table rows|exits|elastic ...: a
+    record's table of per-seed numbers (main_table). --out=F.json: all but ttest|tost|holm write their result with
+    its provenance."""
     if argv[:1] in (["--help"], ["-h"]):
         print(main_test.__doc__)
         return None

@@ -1,7 +1,7 @@
 """
 The picture of a looped model, drawn from a real model's depth plan: the Labels its walk yields (model.py, loop.py).
 
-    python -m tools.architecture config/sandwich_loop_cpu.py --out=figures/architecture     # any config file or model key
+    python -m tools.architecture config/sandwich_loop_cpu.py --out=figures/architecture  # any config file or key
     python -m tools.architecture --n_layer=2 --n_loop=3 --n_prelude=1 --n_coda=1 --injection=linear --exit_at=1
 
 One box per step of the plan, left to right: the prelude's layers, n_loop passes of the shared block, the coda's

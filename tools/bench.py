@@ -27,7 +27,7 @@ tokens/s, MFU, peak memory (weights, optimizer state and the step's transient pe
 executed FLOPs:
 
     python -m tools.bench --device=cuda --preset=gpu --out=gpu.json     # any GPTConfig key still applies, e.g. --n_embd
-    python -m tools.bench --device=cuda --preset=gpu --profile=True     # + each model's GPU kernel time by kind of kernel
+    python -m tools.bench --device=cuda --preset=gpu --profile=True     # + each model's GPU kernel time by kind
 
 The setups (model x dtype x compile) are built and warmed up first, then timed in `rounds` interleaved rounds of `steps`
 steps each; each line is the median step. On a machine shared with other jobs wall-clock times mostly measure
