@@ -397,7 +397,8 @@ def run_sweep(spec, dry_run=False, only="", retry_failed=False, limit=0, paralle
         return planned
     code, revision = (rule_snapshot(spec, root) if at_rule_commit and todo else (root, snapshot_revision(root)))
     if todo and spec.get("record"):  # a snapshot's code is its commit's: no working tree to be dirty
-        check_rule(spec, planned, root, code_from_snapshot=code != root or revision is not None)
+        # the rule names the seeds of the whole grid: --only (one seed at a time, .ci/gpu-campaign) runs a part of it
+        check_rule(spec, plan(spec) if only else planned, root, code_from_snapshot=code != root or revision is not None)
     try:
         os.makedirs(sweep_dir(spec), exist_ok=True)
     except OSError as e:

@@ -214,6 +214,19 @@ def rule_repo(root):
     return dict(name="t", record="records/paper", rule=dict(finding="f", test="t", seeds=(7,), margin=None))
 
 
+def test_a_rule_is_checked_against_the_whole_grid_when_only_runs_a_part(tmp_path, monkeypatch):
+    """.ci/gpu-campaign runs a campaign seed after seed (--only='_s301$'): the rule names every seed of the grid, so
+    the check reads the whole grid's seeds, not the part --only selects (it refused every campaign spec's first seed)."""
+    spec = fake_sweep(tmp_path, monkeypatch, str(tmp_path / "records" / "paper"))
+    spec["seeds"] = [1, 2]
+    checked = []
+    monkeypatch.setattr(sweep, "check_rule", lambda spec, planned, root, **k: checked.append(
+        sorted({q["train"]["seed"] for q in planned})))
+    sweep.run_sweep(spec, only="_s1$")
+    assert checked == [[1, 2]]
+    assert [r["seed"] for r in sweep.read_results(str(tmp_path / "sweep" / "results.jsonl"))] == [1]
+
+
 def test_a_record_sweep_refuses_a_missing_rule_or_a_dirty_tree(tmp_path, capsys):
     """Rules before runs (issue 30): a sweep that writes to a record needs its rule, with the seeds it plans, and a
     tree clean apart from registered results files; each refusal is one line and exit code 2."""
