@@ -1,11 +1,9 @@
 """
 Devices and processes: which device a script runs on; a training run's processes (DDP through torchrun), device,
-precision and CPU threads (setup); FSDP2 sharding; compiled blocks and activation checkpointing; reading values
-across ranks in one host read; the facts of the machine that MFU and thread counts rest on (bf16 support, the peak
-FLOP/s).
+precision and CPU threads (setup); FSDP2 sharding; reading values across ranks in one host read; the facts of the
+machine that MFU and thread counts rest on (bf16 support, the peak FLOP/s).
 """
 import ctypes
-import functools
 import math
 import os
 import re
@@ -15,10 +13,8 @@ from contextlib import nullcontext
 
 import torch
 import torch.distributed as dist
-import torch.utils.checkpoint
 
 from configurator import ConfigError
-from moe import recomputing
 
 
 def pick_device(name):
@@ -276,41 +272,3 @@ def peak_flops(device_type, dtype, say=print):
             "times slower than fp32 (use --dtype=float32); MFU is not reported")
         return None
     return cpu_matmul_rate(dtype)
-
-
-# -----------------------------------------------------------------------------------------------------------------
-# how a model's blocks run: compiled, with activation checkpointing
-
-
-def compile_blocks(model, **kwargs):
-    """torch.compile each block's forward in place (state_dict keys unchanged, no `_orig_mod.`); the depth loop
-    stays in Python, so changing the loop count never recompiles a block. Module hooks (FSDP's) and an activation
-    checkpoint put around it afterwards (checkpoint_blocks) stay outside the compiled code. The loss too: inductor
-    fuses the fp32 cross-entropy into one pass over the logits."""
-    for block in model.blocks:
-        block.forward = torch.compile(block.forward, **kwargs)
-        if hasattr(block.ffn, "compiled"):  # an MoE layer picks its dispatch for a compiled block here, once
-            block.ffn.compiled = True
-    model.loss = torch.compile(model.loss, **kwargs)
-    return model
-
-
-def checkpoint_blocks(model):
-    """Activation checkpointing: each block call keeps only its inputs and recomputes its activations in the
-    backward (torch.utils.checkpoint, non-reentrant), once per call, so a shared block run n_loop times stores
-    n_loop inputs instead of n_loop sets of activations. It wraps each block's forward in place (after
-    compile_blocks: the checkpoint stays eager around the compiled forward): state_dict keys and FSDP's hooks
-    (outside the checkpoint, as in torchtitan) are unchanged. The recomputation runs inside moe.recomputing(block):
-    routing loads are counted once per token."""
-    for block in model.blocks:
-        block.forward = functools.partial(checkpointed, block, block.forward)
-    return model
-
-
-def checkpointed(block, forward, *args, **kwargs):
-    """forward(*args, **kwargs) of `block`, its activations recomputed in the backward instead of stored (with grad
-    only); the recomputation runs inside moe.recomputing(block)."""
-    if not torch.is_grad_enabled():
-        return forward(*args, **kwargs)
-    return torch.utils.checkpoint.checkpoint(forward, *args, use_reentrant=False,
-                                             context_fn=lambda: (nullcontext(), recomputing(block)), **kwargs)

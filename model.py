@@ -23,12 +23,13 @@ import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
 
 from kernels import chunked_cross_entropy, fused_rms_norm, rope_in_place  # the CPU fast paths
 from loop import (BETWEEN_PASSES, CONDITIONING, ELASTIC, RESIDUAL_RULES, TRAJECTORY_SAMPLERS, Label,  # noqa: F401
                   LoopCond, Passthrough, ScalarEmbedder, add_aux, between_passes_kind, depth_lr_factor, make_plan,
                   resolve_schedule)
-from moe import ROUTERS, make_ffn
+from moe import ROUTERS, make_ffn, recomputing
 
 
 @dataclass
@@ -513,6 +514,21 @@ def modulate(h, scale, shift):
     return h
 
 
+class CrossEntropy(nn.Module):
+    """The training loss: mean next-token cross entropy over targets != -1, in fp32 whatever the logits' dtype.
+    A module without weights (no state_dict keys) so that GPT.compile compiles it as it does a block."""
+
+    def __init__(self, fast=False):
+        super().__init__()
+        self.fast = fast  # the CPU fast path (GPT's cpu_kernels)
+
+    def forward(self, logits, targets):
+        if self.fast and logits.dtype != torch.float16:  # kernels.py's (tests/test_kernels.py pins it); not fp16,
+            # whose gradient stored in fp16 would flush the small entries to zero
+            return chunked_cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1))
+        return F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.reshape(-1), ignore_index=-1)
+
+
 class GPT(nn.Module):
     """The one model: token embedding -> the depth plan -> final norm -> head. The plan (loop.make_plan) lists the
     steps of one forward pass: the prelude's layers, n_loop passes of the shared block's layers, the coda's layers;
@@ -525,16 +541,18 @@ class GPT(nn.Module):
     res_scale: the multiplier on the shared blocks' branches, by default the residual rule's (analyze.py's
     non-shared stack passes the one of a deeper loop)."""
 
-    def __init__(self, config, res_scale=None, cpu_kernels=False):
+    def __init__(self, config, res_scale=None, cpu_kernels=False, activation_checkpointing=False):
         super().__init__()
         cfg = self.config = config
         self.cpu_kernels = cpu_kernels  # build with kernels.py's CPU fast paths (kernels.wanted(device) decides)
+        self.activation_checkpointing = activation_checkpointing  # run_block: recompute activations in the backward
         V, C = cfg.padded_vocab, cfg.n_embd
         self.wte = nn.Embedding(V, C)
         self.wpe = nn.Embedding(cfg.block_size, C) if cfg.pos_emb == "learned" else None
         self.blocks = nn.ModuleList(self.make_block(i) for i in range(cfg.n_prelude + cfg.n_layer + cfg.n_coda))
         self.norm_f = RMSNorm(C, cfg.norm_eps, cfg.norm_gain, cpu_kernels)
         self.lm_head = nn.Linear(C, V, bias=False)
+        self.loss = CrossEntropy(cpu_kernels)  # loss(logits, targets)
         if cfg.tie_embeddings:
             self.lm_head.weight = self.wte.weight
         # the loop's own parts: norms after the embedding and each pass (Schwethelm et al.), what runs between the
@@ -632,7 +650,13 @@ class GPT(nn.Module):
         conditioning it ran with, which keeps its modulators' outputs if keep_cond)."""
         cond = LoopCond(self.blocks[i].modulator, c, keep_cond) if c is not None else None
         res_scale = self.res_scales[i] if self.res_scales is not None else 1.0
-        x, block_aux = self.blocks[i](x, rope, cache, slot, cond, res_scale, loop)
+        block = self.blocks[i]
+        if self.activation_checkpointing and torch.is_grad_enabled():  # keep the block's inputs only: its activations
+            # are recomputed in the backward, where its MoE layers count no loads a second time (moe.recomputing)
+            x, block_aux = checkpoint(block, x, rope, cache, slot, cond, res_scale, loop, use_reentrant=False,
+                                      context_fn=lambda: (nullcontext(), recomputing(block)))
+        else:
+            x, block_aux = block(x, rope, cache, slot, cond, res_scale, loop)
         if block_aux is not None:  # an MoE layer's balancing terms
             add_aux(aux, block_aux)
         return x, cond
@@ -747,12 +771,14 @@ class GPT(nn.Module):
         loss = None if targets is None else self.loss(logits, targets)
         return logits, loss, aux
 
-    def loss(self, logits, targets):
-        """Mean next-token cross entropy over targets != -1, in fp32 whatever the logits' dtype."""
-        if self.cpu_kernels and logits.dtype != torch.float16:  # kernels.py's (tests/test_kernels.py pins it); not
-            # fp16, whose gradient stored in fp16 would flush the small entries to zero
-            return chunked_cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1))
-        return F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.reshape(-1), ignore_index=-1)
+    def compile(self, **kwargs):
+        """torch.compile each block and the loss (train.py --compile=True), not the model as a whole: the depth loop
+        stays in Python, so a shared block is compiled once whatever the loop count, and another count or schedule
+        never recompiles. nn.Module.compile keeps the state_dict keys (no `_orig_mod.`); FSDP's hooks on a block stay
+        eager (torch excludes them from dynamo), and so does run_block's activation checkpoint around it. A compiled
+        loss is inductor's one fused pass over the logits."""
+        for module in (*self.blocks, self.loss):
+            module.compile(**kwargs)
 
     def states(self, idx):
         """All (Label, hidden state) pairs of one full forward pass, for analyses (no grad, eager)."""

@@ -75,7 +75,6 @@ class MoE(nn.Module):
         self.lb_coef, self.z_coef, self.seq_coef = config.moe_lb_coef, config.moe_z_coef, config.moe_seq_coef
         self.bias_rate, self.capacity_factor = config.moe_bias_rate, config.moe_capacity_factor
         self.dispatch = config.moe_dispatch
-        self.compiled = False  # distributed.compile_blocks sets it: the dispatch then keeps static shapes
         self.layer = layer_index
         self.router = nn.Linear(C, E, bias=False)
         # (E, out, in) like nn.Linear: p.size(-1) is the fan-in, as GPT.init_weights assumes for uniform init
@@ -158,9 +157,10 @@ class MoE(nn.Module):
                                       experts=experts_NK.detach().cpu(), gates=gates_NK.detach().cpu(),
                                       router_input=x_NC.detach().float().cpu()))
         dtype = compute_dtype(h)
-        path = resolve_dispatch(self.dispatch, h.device, dtype, self.compiled)
+        compiled = torch.compiler.is_compiling()  # inside a compiled block (GPT.compile) the dispatch keeps static shapes
+        path = resolve_dispatch(self.dispatch, h.device, dtype, compiled)
         y_NC = DISPATCH[path](x_NC.to(dtype), experts_NK, gates_NK, self.w_up.to(dtype), self.w_down.to(dtype),
-                              self.kind, self.capacity(B * T), self.compiled)
+                              self.kind, self.capacity(B * T), compiled)
         if self.shared_up is not None:
             y_NC = y_NC + expert_ffn(F.linear, x_NC.to(dtype), self.shared_up.to(dtype), self.shared_down.to(dtype),
                                      self.kind)
@@ -349,7 +349,7 @@ DISPATCH = dict(grouped=dispatch_grouped, batched=dispatch_batched, loop=dispatc
 
 @contextlib.contextmanager
 def recomputing(module):
-    """Activation checkpointing (distributed.checkpoint_blocks) runs each block's forward a second time in the backward
+    """Activation checkpointing (GPT.run_block) runs each block's forward a second time in the backward
     to rebuild its activations: inside this context the MoE layers of `module` (the block being recomputed) neither
     count their loads nor record routing again, so every token is counted once per training step, as without
     checkpointing. The state is each layer's own, set for the recomputation only (no module-global flag)."""
@@ -410,7 +410,7 @@ def record_routing(model):
     layers = moe_layers(model)
     if not layers:
         raise ValueError("record_routing: this model has no MoE layers (set n_expert > 0)")
-    if any(m.compiled for m in layers):
+    if any(getattr(m, "_compiled_call_impl", None) is not None for m in model.modules()):  # nn.Module.compile's
         raise ValueError("record_routing: the model's blocks are compiled; record routing on an eager model")
     records = []
     for m in layers:

@@ -31,7 +31,7 @@ from checkpoint import (Checkpoints, SignalStop, check_training, checkpoint_path
 import configurator
 from configurator import configure, run
 from data import Prefetcher, load_for_run, to_device, training_vocab
-from distributed import checkpoint_blocks, compile_blocks, is_sharded, setup, shard_model, wrap_ddp
+from distributed import is_sharded, setup, shard_model, wrap_ddp
 from loop import trajectory_rng
 from model import GPT, GPTConfig
 from optim import lr_multiplier, make_optimizer, set_lr, train_step
@@ -81,12 +81,12 @@ grad_clip = 1.0  # clip the global gradient norm (0 = off)
 # system
 device = "auto"  # auto (cuda, else mps, else cpu) | cpu | mps | cuda | cuda:N
 dtype = "auto"  # auto: bfloat16 on CUDA >= 8.0, float16 (loss-scaled) on older GPUs, else float32 | the three
-compile = False  # torch.compile each block (the depth loop stays in Python)
+compile = False  # torch.compile each block and the loss (GPT.compile: the depth loop stays in Python)
 cpu_kernels = True  # eager CPU runs: the fast paths of kernels.py (same math; a resume keeps the run's setting)
 threads = 0  # torch threads on CPU; 0 = auto: OMP_NUM_THREADS if set, else the cores the load average leaves idle
 ddp_find_unused = False  # DDP find_unused_parameters (needed when some weights get no gradient in a step)
 fsdp = False  # torchrun: shard weights, gradients, optimizer state over the ranks (FSDP2); checkpoints become ckpt/
-activation_checkpointing = False  # recompute each block's activations in the backward: less memory, one more forward
+activation_checkpointing = False  # recompute each block's activations in the backward (GPT.run_block): less memory
 seed = 1337  # seeds the init and the batch order
 # ---------------------------------------------------------------------------------------------------------------
 _CHOICES = dict(tokenizer=("auto", "byte", "gpt2"), flops_convention=("lee", "schwethelm"),
@@ -131,13 +131,12 @@ def build(cfg, model_cfg, ckpt, env):
     its optimizer, fp16's loss scaler (None in other dtypes), and the step and best validation loss to start from (a
     resumed checkpoint's)."""
     torch.manual_seed(cfg["seed"])
-    raw_model = GPT(model_cfg, cpu_kernels=kernels.wanted(env.device, cfg["cpu_kernels"] and not cfg["compile"]))
+    raw_model = GPT(model_cfg, cpu_kernels=kernels.wanted(env.device, cfg["cpu_kernels"] and not cfg["compile"]),
+                    activation_checkpointing=cfg["activation_checkpointing"])
     raw_model.init_weights(cfg["seed"])
     raw_model.to(env.device)
     if cfg["compile"]:
-        compile_blocks(raw_model)
-    if cfg["activation_checkpointing"]:
-        checkpoint_blocks(raw_model)
+        raw_model.compile()  # each block and the loss (GPT.compile)
     if cfg["fsdp"]:
         shard_model(raw_model, env.dtype)
     optimizer = make_optimizer(raw_model, cfg, env.device_type)

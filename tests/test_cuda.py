@@ -10,7 +10,6 @@ import torch
 import early_exit as ee
 
 import exits
-import distributed
 import reference
 import train
 from loop import is_looped, trajectory_rng
@@ -94,7 +93,7 @@ def test_a_compiled_model_on_cuda_computes_what_the_eager_one_does(name):
         cfg["moe_dispatch"] = "batched"  # compiled grouped_mm needs bf16 (moe.resolve_dispatch); bf16 is tested below
     eager = GPT(GPTConfig(**reference.TINY, **cfg)).init_weights(0).cuda()
     compiled = copy.deepcopy(eager)
-    distributed.compile_blocks(compiled)
+    compiled.compile()
     x, y = reference.batch(1)
     assert not moved(run(compiled, x, y), run(eager, x, y))
 
@@ -110,7 +109,7 @@ def test_bf16_attention_takes_the_flash_kernel_and_grouped_experts_compile():
     x, y = (t.cuda() for t in reference.batch(2, rows=4, length=64))
     with torch.no_grad():
         fp32_loss = model(x, y)[1]
-    distributed.compile_blocks(model)
+    model.compile()
     with sdpa_kernel([SDPBackend.FLASH_ATTENTION]), torch.autocast("cuda", dtype=torch.bfloat16):
         _, loss, aux = model(x, y)
         (loss + sum(aux.values())).backward()

@@ -5,7 +5,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import distributed
 import kernels
 import model
 from model import GPT, GPTConfig, apply_rope, rope_tables
@@ -127,7 +126,7 @@ def test_compiled_plain_model_matches_the_eager_fast_paths():
     cfg = GPTConfig(vocab_size=61, n_layer=2, n_embd=32, head_dim=16, block_size=16, qk_norm=True, norm_gain=True)
     eager, compiled = GPT(cfg, cpu_kernels=True).init_weights(0), GPT(cfg).init_weights(0)
     assert eager.blocks[0].norm_attn.fast and not compiled.blocks[0].norm_attn.fast
-    distributed.compile_blocks(compiled, backend="aot_eager")
+    compiled.compile(backend="aot_eager")
     same_step(eager, compiled)
 
 

@@ -8,6 +8,9 @@
 - No import circle, counting imports inside functions too; no project module imported inside a function; every other
   import inside a function (an optional or heavy dependency) says why on its line; no importlib or __import__ of a
   project module.
+- What runs is what was built: no `x.__class__ = ...` or `x.forward = ...` anywhere in the project's code, and no
+  module-global state rebound by a function of the root's modules (`global`): fast paths, compilation and activation
+  checkpointing are chosen where a model is built (GPT's arguments, GPT.compile).
 """
 import ast
 import os
@@ -91,6 +94,16 @@ def problems(root):
             elif in_function and "#" not in text:
                 out.append(f"{where}: an import inside a function without its reason in a comment: {text.strip()}")
         text = open(path, encoding="utf-8").read()
+        for node in ast.walk(ast.parse(text)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
+                node, (ast.AugAssign, ast.AnnAssign)) else []
+            for t in targets:
+                if isinstance(t, ast.Attribute) and t.attr in ("__class__", "forward"):
+                    out.append(f"{os.path.relpath(path, root)}:{node.lineno}: replaces {t.attr} of an object at run "
+                               "time: choose the code where the module is built")
+            if isinstance(node, ast.Global) and level(name) == 0:
+                out.append(f"{os.path.relpath(path, root)}:{node.lineno}: rebinds the module's {', '.join(node.names)} "
+                           "from a function (a module-global mode): pass it where it is used")
         for call in re.findall(r"(?:importlib\.import_module|__import__)\(\s*['\"]([\w.]+)", text):
             if call.split(".")[0] in {m.split(".")[0] for m in mods}:
                 out.append(f"{os.path.relpath(path, root)}: imports the project's {call} by name (importlib)")
@@ -155,6 +168,9 @@ CLEAN = {"model.py": "import torch\n", "train.py": "import model\n", "scaling.py
     ({"lab/fits.py": "def f():\n    import matplotlib\n"}, "without its reason in a comment"),
     ({"train.py": "import importlib\nm = importlib.import_module('model')\n"}, "imports the project's model by name"),
     ({f"extra{i}.py": "" for i in range(18)}, "more than 20"),
+    ({"train.py": "import model\nm = model.GPT()\nm.blocks[0].forward = print\n"}, "replaces forward of an object"),
+    ({"lab/fits.py": "def f(m):\n    m.__class__ = object\n"}, "replaces __class__ of an object"),
+    ({"model.py": "FAST = False\n\n\ndef fast():\n    global FAST\n    FAST = True\n"}, "rebinds the module's FAST"),
 ])
 def test_the_check_catches_a_planted_breach(tmp_path, planted, expected):
     write(tmp_path, CLEAN)

@@ -14,7 +14,6 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import distributed  # noqa: E402
 import loop  # noqa: E402
 from loop import TRAJECTORY_SAMPLERS, HyperConnections  # noqa: E402
 import optim  # noqa: E402
@@ -574,7 +573,7 @@ def test_compiling_the_block_once_serves_every_loop_count():
     torch._dynamo.reset()
     counters.clear()
     m = make(n_loop=4, n_prelude=1, loop_cond="loopformer", residual_scaling="linear", cond_init="normal").eval()
-    distributed.compile_blocks(m, backend="eager")
+    m.compile(backend="eager")
     idx = tokens()
     with torch.no_grad():
         first = m(idx)[0]

@@ -15,7 +15,6 @@ from torch.utils.flop_counter import FlopCounterMode
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import distributed  # noqa: E402
 import moe  # noqa: E402
 import accounting  # noqa: E402
 import scaling  # noqa: E402
@@ -303,11 +302,9 @@ def test_activation_checkpointing_changes_nothing_but_memory(looped, compiled):
     batches = [torch.randint(0, 64, (2, 16), generator=torch.Generator().manual_seed(i)) for i in range(3)]
     runs = []
     for checkpointing in (False, True):
-        model = GPT(cfg).init_weights(0)
+        model = GPT(cfg, activation_checkpointing=checkpointing).init_weights(0)
         if compiled:
-            distributed.compile_blocks(model, backend="eager")
-        if checkpointing:
-            distributed.checkpoint_blocks(model)
+            model.compile(backend="eager")
         opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
         losses = [optim.train_step(model, opt, lambda i, x=x: (x, x.roll(-1, 1)))[0] for x in batches[:-1]]
         _, loss, aux = model(batches[-1], batches[-1].roll(-1, 1))
@@ -407,6 +404,10 @@ def test_records_from_a_gpt_forward():
     assert records[0]["experts"].shape == (14, 2) and records[0]["router_input"].shape == (14, 32)
     with pytest.raises(ValueError, match="no MoE layers"):
         with moe.record_routing(GPT(small_config(n_expert=0))):
+            pass
+    model.compile(backend="eager")  # a compiled block would record tensors of its trace: refused, in one line
+    with pytest.raises(ValueError, match="record routing on an eager model"):
+        with moe.record_routing(model):
             pass
 
 

@@ -18,7 +18,7 @@ import runlog
 import train
 from configurator import ConfigError, configure
 from checkpoint import load_model
-from model import GPT, GPTConfig
+from model import GPT, CrossEntropy, GPTConfig
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TRAIN_PY = "tests/train_without_mfu_timing.py"  # train.py less MFU's matmul timing, for the processes tests start
@@ -244,7 +244,7 @@ def test_ddp_two_ranks_match_one_process_with_accumulation(data_dir, tmp_path, t
 
 def test_non_finite_loss_stops_and_keeps_last_good_checkpoint(data_dir, tmp_path, monkeypatch):
     calls = {"train": 0}
-    real_loss = GPT.loss  # the loss of an eager CPU run (with kernels.py's fast path inside)
+    real_loss = CrossEntropy.forward  # the loss of an eager CPU run (with kernels.py's fast path inside)
 
     def loss_that_breaks(self, logits, targets):  # the 5th training step's loss is NaN
         loss = real_loss(self, logits, targets)
@@ -254,7 +254,7 @@ def test_non_finite_loss_stops_and_keeps_last_good_checkpoint(data_dir, tmp_path
                 return loss * float("nan")
         return loss
 
-    monkeypatch.setattr(GPT, "loss", loss_that_breaks)
+    monkeypatch.setattr(CrossEntropy, "forward", loss_that_breaks)
     out = str(tmp_path / "nan")
     with pytest.raises(SystemExit) as e:
         train.main(TINY + data_dir + [f"--out_dir={out}", "--max_iters=50", "--eval_interval=2"])

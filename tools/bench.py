@@ -48,10 +48,9 @@ from distributed import pick_device
 from model import GPT, GPTConfig
 from optim import make_optimizer, train_step
 import kernels
-import moe
 import accounting
 import train
-from distributed import compile_blocks, cpu_matmul_rate, cpu_threads, keep_freed_memory, native_bf16, peak_flops
+from distributed import cpu_matmul_rate, cpu_threads, keep_freed_memory, native_bf16, peak_flops
 
 preset = "default"  # default (train.py's model) | nanogpt (d=256, 8 layers, GPT-2 vocab, B=8, T=256) | gpu (see above)
 batch_size = 16  # sequences per step (the nanogpt preset uses 8 unless given)
@@ -98,12 +97,10 @@ def preset_model(path, overrides):
 
 
 def graph_breaks(model_cfg, dev, ctx, x):
-    """Graph breaks of each block and of the loss (distributed.compile_blocks compiles both) as torch.compile sees
+    """Graph breaks of each block and of the loss (GPT.compile compiles both) as torch.compile sees
     them: torch._dynamo.explain of each forward on the arguments it gets in one training forward pass of an eager
     copy of the model. Target 0. (explain resets dynamo's caches: run it after the timings.)"""
-    model = GPT(model_cfg).init_weights(0).to(dev)
-    for m in moe.moe_layers(model):  # the dispatch compile_blocks picks for a compiled block
-        m.compiled = True
+    model = GPT(model_cfg).init_weights(0).to(dev)  # (traced, its MoE layers pick a compiled block's dispatch)
     calls = {}
 
     def record(i):
@@ -212,7 +209,7 @@ def make_setup(name, mcfg, dtype_name, dtype, compiled, cfg, sync):
     x = torch.randint(0, mcfg.vocab_size, (B, T), device=dev)
     model = GPT(mcfg, cpu_kernels=kernels.wanted(dev, not compiled)).init_weights(0).to(dev)  # as train.py
     if compiled:
-        compile_blocks(model)
+        model.compile()
     opt_cfg = dict(lr=1e-3, weight_decay=0.0, wd_independent=True, adam_eps=1e-8, optimizer="adamw", beta1=0.9,
                    beta2=0.95)
     optimizer = make_optimizer(model, opt_cfg, dev.split(":")[0])
