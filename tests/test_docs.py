@@ -282,7 +282,14 @@ SELF_CHECK_03 = os.path.join(REPO, "course", "exercises", "03_additive_injection
 WRONG_03 = os.path.join(REPO, "tests", "fixtures", "exercises", "03_additive_injection_h0_is_e.patch")
 SELF_CHECK_04 = os.path.join(REPO, "course", "exercises", "04_sigmoid_router_check.py")
 WRONG_04 = os.path.join(REPO, "tests", "fixtures", "exercises", "04_sigmoid_router_gates_not_renormalised.patch")
-TINY = "n_embd=32, head_dim=16, block_size=16"
+FIXTURES = os.path.join(REPO, "tests", "fixtures", "exercises")
+EXERCISES = os.path.join(REPO, "course", "exercises")
+REAL_CODE_EXERCISES = {"05_proportional_bias": "05_proportional_bias_not_divided",
+                       "06_stored_flops": "06_stored_flops_with_embeddings",
+                       "07_maxprob_exit": "07_maxprob_exit_log_probability",
+                       "08_halving_sampler": "08_halving_sampler_larger_half",
+                       "09_log_residual": "09_log_residual_base_2",
+                       "10_reverse_probe": "10_reverse_probe_not_reversed"}  # exercise -> a plausible wrong solution
 CHECKS = {  # what each solution must do, as its lecture says; run in a copy of the project with only it applied
     "01_learned_positions": f"""
 import subprocess, sys
@@ -300,53 +307,15 @@ assert r.returncode == 0, r.stdout + r.stderr""",
 import subprocess, sys
 r = subprocess.run([sys.executable, {SELF_CHECK_04!r}, "course/nano/moe.py"], capture_output=True, text=True)
 assert r.returncode == 0, r.stdout + r.stderr""",
-    "05_proportional_bias": f"""
-import torch, moe
-from model import GPT, GPTConfig
-m = GPT(GPTConfig(n_layer=1, n_expert=4, top_k=1, moe_bias_rate=0.01, {TINY}))
-layer = m.blocks[0].ffn
-layer.expert_load.copy_(torch.tensor([20.0, 0.0, 10.0, 10.0]))
-moe.update_biases(m)
-assert torch.allclose(layer.expert_bias, torch.tensor([-0.01, 0.01, 0.0, 0.0]))
-layer.expert_bias.zero_()
-layer.expert_load.copy_(torch.tensor([11.0, 9.0, 10.0, 10.0]))
-moe.update_biases(m)
-assert torch.allclose(layer.expert_bias, torch.tensor([-0.001, 0.001, 0.0, 0.0]))""",
-    "06_stored_flops": f"""
-import accounting  # noqa: E402
-import scaling
-from model import GPT, GPTConfig
-plain, looped = (GPT(GPTConfig(n_layer=n, n_loop=r, {TINY})) for n, r in ((4, 1), (2, 2)))
-assert accounting.flops_per_token(looped, "stored") == accounting.flops_per_token(plain, "stored") / 2
-assert accounting.flops_per_token(looped, "lee") == accounting.flops_per_token(plain, "lee")
-out = scaling.main_count(["--n_layer=2", "--n_loop=2", "--flops_convention=stored"])
-assert out["flops_convention"] == "stored\"""",
-    "07_maxprob_exit": """
-import math, torch, exits
-logp = torch.tensor([[0.7, 0.2, 0.1]]).log()
-assert abs(exits.CRITERIA["maxprob"].score(logp, None, None, None).item() - 0.3) < 1e-6
-assert "maxprob" in exits.decode_criteria()""",
-    "08_halving_sampler": f"""
-import torch, loop
-from model import GPT, GPTConfig
-assert loop.TRAJECTORY_SAMPLERS["halving"](8, None) == [4, 2, 1, 1]
-assert loop.TRAJECTORY_SAMPLERS["halving"](4, None) == [2, 1, 1]
-m = GPT(GPTConfig(n_layer=1, n_loop=4, loop_cond="loopformer", elastic="shortcut", trajectory_sampler="halving",
-                  {TINY})).init_weights(0)
-x = torch.randint(0, 257, (2, 16))
-m(x, x, rng=loop.trajectory_rng(0, 0))[1].backward()""",
-    "09_log_residual": f"""
-import math, torch, loop
-from model import GPT, GPTConfig
-cfg = GPTConfig(n_layer=2, n_loop=4, residual_scaling="log", {TINY})
-assert abs(loop.residual_multiplier(cfg) - 1 / (1 + math.log(4))) < 1e-12
-assert torch.allclose(GPT(cfg).res_scales, torch.full((2,), 1 / (1 + math.log(4))))""",
-    "10_reverse_probe": """
-import tasks
-for doc in tasks.probe_docs("reverse_words", 5, 0):
-    words = doc["query"].split("\\n")[0].split()
-    assert doc["answer"].split() == words[::-1] and len(words) == 6
-assert "reverse_words" in tasks.TASKS""",
+    **{name: f"""
+import os, runpy, sys
+sys.path.insert(0, {EXERCISES!r})  # (selfcheck.py)
+sys.argv = [{os.path.join(EXERCISES, name + "_check.py")!r}, os.getcwd()]
+try:
+    runpy.run_path(sys.argv[0], run_name="__main__")
+except SystemExit as e:
+    assert e.code == 0, f"its self-check failed (exit {{e.code}})"
+""" for name in REAL_CODE_EXERCISES},  # lectures 5-10 edit the project itself: their self-checks pass in its copy
 }
 RUNNER = """
 import json, os, sys, traceback
@@ -489,3 +458,65 @@ def test_the_lecture_4_self_check_tells_right_from_wrong(tmp_path):
     solution = os.path.join(REPO, "course", "exercises", "04_sigmoid_router.patch")
     code, out = run_self_check(tmp_path, SELF_CHECK_04, "moe.py", solution)
     assert code == 0 and set(verdicts(out).values()) == {"PASS"} and len(verdicts(out)) == 5, out
+
+
+# what each self-check of lectures 5-10 says of the unmodified project and of its plausible wrong solution
+UNMODIFIED_AND_WRONG = {
+    "05_proportional_bias": ("PFFP", "FFFP"),  # the sign rule passes only where sign and ratio agree (check 1)
+    "06_stored_flops": ("FFFFF", "PFFPP"),  # embeddings counted: the parameter counts differ
+    "07_maxprob_exit": ("FFFF", "PFFF"),  # -log p instead of 1 - p: other values, outside [0, 1 - 1/V]
+    "08_halving_sampler": ("FFFF", "PPFP"),  # the larger half: right at powers of two, wrong at L = 3
+    "09_log_residual": ("FFFF", "PFFF"),  # log2: 1/2 at N = 2, not strictly between 1/N and 1
+    "10_reverse_probe": ("FFFF", "PFPP"),  # the words in their own order
+}
+SELF_CHECK_RUNNER = """
+import contextlib, io, json, os, runpy, sys
+import torch
+torch.set_num_threads(1)
+cases, exercises = json.load(open(sys.argv[1])), sys.argv[2]
+sys.path.insert(0, exercises)  # (selfcheck.py)
+path = list(sys.path)
+for tree, script, label in cases:
+    project = {f[:-3] for f in os.listdir(tree) if f.endswith(".py")} | {"lab"}
+    for m in [m for m in sys.modules if m.split(".")[0] in project]:
+        del sys.modules[m]
+    sys.path[:] = path
+    sys.argv = [script, tree]
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        try:
+            runpy.run_path(script, run_name="__main__")
+        except SystemExit:
+            pass
+    print("=== " + label)
+    print(out.getvalue())
+"""
+
+
+def test_the_self_checks_of_lectures_5_to_10_tell_right_from_wrong(tmp_path):
+    """Each fails on the unmodified project and on a plausible wrong solution (tests/fixtures/exercises), with the
+    verdicts listed above, check by check; the committed solutions pass (test_exercise_solutions_apply_and_work). One
+    Python process runs the twelve cases, each in its own copy of the project."""
+    cases = []
+    for name, wrong in REAL_CODE_EXERCISES.items():
+        for case, patch in (("unmodified", None), ("wrong", os.path.join(FIXTURES, wrong + ".patch"))):
+            tree = tmp_path / f"{name}_{case}"
+            tree.mkdir()
+            for f in glob.glob(os.path.join(REPO, "*.py")):
+                shutil.copy(f, tree)
+            shutil.copytree(os.path.join(REPO, "lab"), tree / "lab", ignore=shutil.ignore_patterns("__pycache__"))
+            if patch:
+                r = subprocess.run(["git", "apply", patch], cwd=tree, capture_output=True, text=True)
+                assert r.returncode == 0, f"{name}: {r.stderr}"
+            cases.append((str(tree), os.path.join(EXERCISES, name + "_check.py"), f"{name} {case}"))
+    (tmp_path / "cases.json").write_text(json.dumps(cases))
+    r = subprocess.run([sys.executable, "-c", SELF_CHECK_RUNNER, str(tmp_path / "cases.json"), EXERCISES],
+                       capture_output=True, text=True, env={**os.environ, "PYTHONPATH": "", "OMP_NUM_THREADS": "1"})
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+    outputs = dict(part.split("\n", 1) for part in r.stdout.split("=== ")[1:])
+    for name, expected in UNMODIFIED_AND_WRONG.items():
+        for case, letters in zip(("unmodified", "wrong"), expected):
+            out = outputs[f"{name} {case}"]
+            got = "".join(v[0] for _, v in sorted(verdicts(out).items()))
+            assert got == letters, f"{name} {case}: {got}, expected {letters}\n{out}"
+            assert f"{letters.count('P')} of {len(letters)} checks passed" in out, out
