@@ -286,6 +286,8 @@ def draw_elastic(results):
                             textcoords="offset points")
         ax.set_title(f"{readable(name)}: every schedule of {len(rows[0]['steps'])} steps (in 1/{r['L']})",
                      fontsize=9)
+        ax.set_xticks(range(1, len(rows) + 1))  # ranks are whole numbers
+        ax.set_xlim(0.5, len(rows) + 0.7)  # room for the last schedule's name
         ax.set_xlabel("schedule, best to worst (rank)")
         ax.set_ylabel(readable("val_ppl"))
         ax.grid(alpha=0.3)

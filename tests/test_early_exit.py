@@ -639,6 +639,8 @@ def test_committed_exit_and_elastic_figures_show_their_numbers_readably(kind, pa
         points = [(int(m), ppl) for r in results.values() for m, ppl in r["budgets"].items()]
         points += [(k, row["ppl"]) for r in results.values() if "all_schedules" in r
                    for k, row in enumerate(sorted(r["all_schedules"], key=lambda row: row["ppl"]), 1)]
+        for ax in fig.axes[1:]:  # the schedules' panels: a rank is a whole number (no tick at 1.25)
+            assert all(float(t).is_integer() for t in ax.get_xticks()), ax.get_xticks()
     assert_drawn(fig, points)
     plt.close(fig)
 
