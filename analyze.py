@@ -32,6 +32,7 @@ from collections import defaultdict
 import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
@@ -291,11 +292,13 @@ def draw_jsd(result, cfg):
         for b in boundaries([row["label"] for row in r["layers"]]):
             for ax in axes:
                 ax.axvline(b + 0.5, color=line.get_color(), ls=":", lw=1)
-    axes[0].set(xlabel="effective layer (index)", ylabel="JSD to the final layer (normalised, 0-1)",
+    axes[0].set(xlabel="effective layer (counted from 1)", ylabel="JSD to the final layer (normalised, 0-1)",
                 title="Mean JSD (± std over sequences)")
-    axes[1].set(xlabel="effective layer (index)", ylabel=f"tokens with JSD < {cfg['jsd_threshold']:g} (fraction)",
-                title="Converged tokens",
+    axes[1].set(xlabel="effective layer (counted from 1)",
+                ylabel=f"tokens with JSD < {cfg['jsd_threshold']:g} (fraction)", title="Converged tokens",
                 ylim=(0, 1.02))
+    for ax in axes:
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # layers are whole numbers
     axes[0].legend()
     fig.text(0.5, 0.005, "dotted: loop boundaries", ha="center", fontsize=8)
     return fig
@@ -348,8 +351,8 @@ def draw_routing(result, cfg):
                 if s >= 6:
                     ax.text(int(x) + 1, b + s / 2, f"{s:.0f}", ha="center", va="center", fontsize=7)
             bottom += share
-        ax.set(xlabel="physical layer (index)", ylabel="tokens (%)", title=f"{readable(name)}: experts on pass 1 vs 2",
-               ylim=(0, 100), xticks=[int(layer) + 1 for layer in layers])
+        ax.set(xlabel="physical layer (counted from 1)", ylabel="tokens (%)", ylim=(0, 100),
+               title=f"{readable(name)}: experts on pass 1 vs 2", xticks=[int(layer) + 1 for layer in layers])
         ax.legend(fontsize=8)
     return fig
 
@@ -392,7 +395,7 @@ def draw_routing_dynamics(result, cfg):
                     ax.axis("off")
                     continue
                 heatmap(ax, np.array(panels[c][1][metric]), f"{readable(name)} {panels[c][0]}: {metric}",
-                        "iteration (pass)", first=0)
+                        "pass (counted from 1)")
     return fig
 
 
@@ -444,11 +447,11 @@ def draw_iteradaln(result, cfg):
             series = defaultdict(list)
             for row in rows:
                 if stat in row:
-                    series[f"L{row['layer'] + 1} {row['branch']}"].append((row["loop"], row[stat]))
+                    series[f"layer {row['layer'] + 1} {row['branch']}"].append((row["loop"] + 1, row[stat]))
             for key, pts in series.items():
                 ax.plot(*zip(*sorted(pts)), marker="o", ms=3, label=key)
-            ax.set(title=readable(name), xlabel="iteration (pass)", ylabel=STAT_NAMES[stat],
-                   xticks=sorted({row["loop"] for row in rows}))
+            ax.set(title=readable(name), xlabel="pass (counted from 1)", ylabel=STAT_NAMES[stat],
+                   xticks=sorted({row["loop"] + 1 for row in rows}))
             if series:
                 ax.legend(fontsize=6)
     return fig

@@ -66,7 +66,7 @@ def routing_dynamics(out_dir):
     Jaccard similarity of its expert sets at passes 1 and 2 (analyze.py routing_dynamics, as the lecture runs it)."""
     (run_,) = analysis(["analyze.py", "routing_dynamics", f"--ckpt={out_dir}"], os.path.join(out_dir, "dynamics"),
                        "routing_dynamics.json")["result"].values()
-    rows = {**{f"layer {layer}": m for layer, m in run_["layers"].items()}, "mean": run_["mean"]}
+    rows = {**{f"layer {int(layer) + 1}": m for layer, m in run_["layers"].items()}, "mean": run_["mean"]}
     return {f"{row} {kind}": m[kind][0][1] for row, m in rows.items() for kind in ("cosine", "jaccard")}
 
 

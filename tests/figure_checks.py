@@ -9,7 +9,8 @@ import numpy as np
 
 def figure_problems(fig):
     """What a slide may not show: an axis label without its unit in brackets (a categorical axis needs none), a
-    field name, 'C=3e+11' or a bare tuple as a name, a bar axis without zero, tick labels that overlap."""
+    field name, 'C=3e+11' or a bare tuple as a name, a bar axis without zero, tick labels that overlap, layers or
+    passes numbered from 0."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.container import BarContainer
     from matplotlib.ticker import FixedFormatter, FuncFormatter
@@ -27,6 +28,14 @@ def figure_problems(fig):
             named_ticks = isinstance(axis.get_major_formatter(), (FixedFormatter, FuncFormatter))  # categories
             if not re.search(r"\([^()]+\)$", label) and not (named_ticks and not label):
                 problems.append(f"axis label without a unit: {label!r}")
+            if re.match(r"([a-z]+ )?(layer|pass) \(", label):  # "pass (...)", "effective layer (...)": counted from 1
+                lo, hi = sorted(axis.get_view_interval())
+                ticks = [float(t.get_text().replace("\u2212", "-"))  # the labels as drawn (a heatmap's are not its
+                         for x, t in zip(axis.get_majorticklocs(), axis.get_majorticklabels())  # tick locations)
+                         if lo <= x <= hi and re.fullmatch(r"[\u2212-]?\d+(\.\d+)?", t.get_text())]
+                if not label.endswith("(counted from 1)") or any(t < 1 or not t.is_integer() for t in ticks):
+                    problems.append(f"layers or passes not counted from 1 (whole numbers) on the axis {label!r}: "
+                                    f"ticks {ticks}")
             boxes = [t.get_window_extent(renderer) for t in axis.get_ticklabels(which="both")  # a log axis within
                      if t.get_visible() and t.get_text()]                                     # a decade: minor labels
             if any(a.overlaps(b) for a, b in itertools.combinations(boxes, 2)):

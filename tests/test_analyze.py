@@ -453,3 +453,23 @@ def test_redraw_refuses_what_is_not_an_analysis_json(tmp_path):
     (tmp_path / "x.json").write_text('{"results": {}}')
     with pytest.raises(ConfigError, match="not the JSON of an analysis"):
         analyze.main(["redraw", str(tmp_path / "x.json")])
+
+
+def test_figures_count_layers_and_passes_from_1():
+    """One numbering (COURSE.md, lecture 1): a pass axis starting at 0, or a layer axis still labelled "(index)", is
+    a slide problem; the routing dynamics heatmaps number their passes 1..K."""
+    fig, ax = analyze.plt.subplots()
+    analyze.heatmap(ax, np.eye(3), "cosine", "pass (counted from 1)", first=0)
+    assert any("not counted from 1" in p for p in figure_problems(fig))
+    analyze.plt.close(fig)
+    fig, ax = analyze.plt.subplots()
+    ax.bar([1, 2], [50, 60])
+    ax.set(xlabel="physical layer (index)", ylabel="tokens (%)", xticks=[1, 2])
+    assert any("not counted from 1" in p for p in figure_problems(fig))
+    analyze.plt.close(fig)
+    saved = json.load(open(os.path.join(ROOT, "course", "l05", "routing_dynamics.json")))
+    fig = analyze.draw_routing_dynamics(saved["result"], saved["config"])
+    assert figure_problems(fig) == []
+    passes = [[t.get_text() for t in ax.get_xticklabels()] for ax in fig.axes if ax.get_label() != "<colorbar>"]
+    assert passes and all(p == ["1", "2"] for p in passes), passes
+    analyze.plt.close(fig)

@@ -426,21 +426,21 @@ def test_the_lecture_2_self_check_tells_right_from_wrong(tmp_path):
     code, out = run_self_check_02(tmp_path, WRONG_02)
     v = verdicts(out)
     assert code == 1 and v == {1: "PASS", 2: "PASS", 3: "PASS", 4: "FAIL", 5: "FAIL", 6: "PASS"}, out
-    assert "pass 1 gets e_0, not its own e_1" in out, out
+    assert "pass index 1 gets e_0, not its own e_1" in out, out
     code, out = run_self_check_02(tmp_path, os.path.join(REPO, "course", "exercises", "02_pass_embedding.patch"))
     assert code == 0 and set(verdicts(out).values()) == {"PASS"} and len(verdicts(out)) == 6, out
 
 
 def test_the_lecture_3_self_check_tells_right_from_wrong(tmp_path):
     """It fails on the unmodified prelude.py (Config has no injection: check 1), on a plausible wrong solution that
-    starts the first pass from h = e instead of 0 (pass 0 reads e + e: checks 2 and 3 fail and say so, while the
+    starts the first pass from h = e instead of 0 (it reads e + e: checks 2 and 3 fail and say so, while the
     later passes, the linear default and the cache pass), and passes on the committed solution."""
     code, out = run_self_check(tmp_path, SELF_CHECK_03, "prelude.py")
     assert code == 1 and verdicts(out)[1] == "FAIL" and "Config has no key injection" in out, out
     code, out = run_self_check(tmp_path, SELF_CHECK_03, "prelude.py", WRONG_03)
     v = verdicts(out)
     assert code == 1 and v == {1: "PASS", 2: "FAIL", 3: "FAIL", 4: "PASS", 5: "PASS", 6: "PASS"}, out
-    assert "pass 0 reads e + e" in out, out
+    assert "pass index 0 (the first pass) reads e + e" in out, out
     solution = os.path.join(REPO, "course", "exercises", "03_additive_injection.patch")
     code, out = run_self_check(tmp_path, SELF_CHECK_03, "prelude.py", solution)
     assert code == 0 and set(verdicts(out).values()) == {"PASS"} and len(verdicts(out)) == 6, out

@@ -1,14 +1,15 @@
 """Self-check of COURSE.md's Lecture 2 exercise: a learned per-pass embedding in course/nano/loop.py.
 
 The exercise: give loop.py's GPT a parameter `pass_embed` of shape (n_loop, n_embd), row p the vector e_p added to
-the residual stream before pass p (every position gets the same e_p). This script loads your file (by path, under
+the residual stream before the pass of index p (every position gets the same e_p). Passes are named here by their
+index in the code, counted from 0: index 0 is the first pass. This script loads your file (by path, under
 its own module name) and checks its behaviour against values computed without your code where it can:
 
   1. GPT(Config(n_loop=3)) has `pass_embed` (a Parameter or an nn.Embedding) of shape (n_loop, n_embd);
   2. with the embeddings zero it gives the logits of the project's model.GPT holding the same weights (the looped
      model without them, tests/test_course_nano.py's reference), within 1e-5;
   3. with known random embeddings, the first pass's first layer reads wte[idx] + e_0, computed here by hand;
-  4. pass p (p = 1, 2) reads the last layer's output at pass p-1 plus e_p: its own vector, not another pass's;
+  4. pass index p (p = 1, 2) reads the last layer's output at index p-1 plus e_p: its own vector, not another's;
   5. the loss's gradient reaches every pass's row (the embedding is learned);
   6. decoding with the KV cache (a prompt, then one token at a time) gives the full forward's logits.
 
@@ -135,10 +136,10 @@ def main(argv):
         if close(io[0][0], by_hand):
             return True, ""
         if close(io[0][0], model.wte.weight.detach()[idx]):
-            return False, "pass 0 reads the token embeddings without e_0"
-        return False, "pass 0 reads something other than wte[idx] + e_0"
+            return False, "pass index 0 (the first pass) reads the token embeddings without e_0"
+        return False, "pass index 0 (the first pass) reads something other than wte[idx] + e_0"
 
-    check("3. pass 0 reads wte[idx] + e_0 (computed by hand)", first_pass)
+    check("3. pass index 0 (the first pass) reads wte[idx] + e_0 (computed by hand)", first_pass)
 
     def later_passes():
         if len(io) != cfg.n_loop:
@@ -149,13 +150,13 @@ def main(argv):
                 continue
             other = [q for q in range(cfg.n_loop) if close(io[p][0], h + E.detach()[q])]
             if other:
-                return False, f"pass {p} gets e_{other[0]}, not its own e_{p}"
+                return False, f"pass index {p} gets e_{other[0]}, not its own e_{p}"
             if close(io[p][0], h):
-                return False, f"pass {p} gets no vector"
-            return False, f"pass {p} reads something other than (pass {p - 1}'s output) + e_{p}"
+                return False, f"pass index {p} gets no vector"
+            return False, f"pass index {p} reads something other than (index {p - 1}'s output) + e_{p}"
         return True, ""
 
-    check(f"4. pass p reads pass p-1's output + e_p, for p = 1..{cfg.n_loop - 1}: each pass its own vector",
+    check(f"4. pass index p reads index p-1's output + e_p, for p = 1..{cfg.n_loop - 1}: each pass its own vector",
           later_passes)
 
     def gradient():

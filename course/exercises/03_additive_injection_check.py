@@ -8,7 +8,7 @@ own module name) and checks its behaviour against values computed without your c
   1. GPT(Config(injection="additive")) builds, with no injection parameters (additive has none);
   2. its logits equal the project's model.GPT with injection="additive" holding the same weights, within 1e-5;
   3. the first pass's first layer reads e, the prelude's output (recorded by hooks);
-  4. pass p (p = 1, 2) reads pass p-1's output plus e;
+  4. pass index p (p = 1, 2; index 0 is the first pass, as in the code) reads index p-1's output plus e;
   5. the default, injection="linear", still gives the project's linear-injection model's logits;
   6. decoding with the KV cache (a prompt, then one token at a time) gives the full forward's logits.
 
@@ -141,10 +141,10 @@ def main(argv):
         if close(io[0][0], e):
             return True, ""
         if close(io[0][0], 2 * e):
-            return False, "pass 0 reads e + e: h before the first pass must be 0, not e"
-        return False, "pass 0 reads something other than e, the prelude's output"
+            return False, "pass index 0 (the first pass) reads e + e: h before the first pass must be 0, not e"
+        return False, "pass index 0 (the first pass) reads something other than e, the prelude's output"
 
-    check("3. pass 0 reads e, the prelude's output", first_pass)
+    check("3. pass index 0 (the first pass) reads e, the prelude's output", first_pass)
 
     def later_passes():
         if len(io) != cfg.n_loop:
@@ -154,11 +154,11 @@ def main(argv):
             if close(io[p][0], h + e):
                 continue
             if close(io[p][0], h):
-                return False, f"pass {p} gets no e"
-            return False, f"pass {p} reads something other than (pass {p - 1}'s output) + e"
+                return False, f"pass index {p} gets no e"
+            return False, f"pass index {p} reads something other than (index {p - 1}'s output) + e"
         return True, ""
 
-    check(f"4. pass p reads pass p-1's output + e, for p = 1..{cfg.n_loop - 1}", later_passes)
+    check(f"4. pass index p reads index p-1's output + e, for p = 1..{cfg.n_loop - 1}", later_passes)
 
     def linear_unchanged():
         lin_cfg = nano.Config(n_loop=3, block_size=32)
