@@ -70,6 +70,15 @@ def routing_dynamics(out_dir):
     return {f"{row} {kind}": m[kind][0][1] for row, m in rows.items() for kind in ("cosine", "jaccard")}
 
 
+def iteradaln(out_dir):
+    """Lecture 5's other printed numbers: per shared layer, branch and pass, IterAdaLN's mean |gamma|, |beta| and
+    alpha (analyze.py iteradaln, as the lecture runs it)."""
+    (rows,) = analysis(["analyze.py", "iteradaln", f"--ckpt={out_dir}", "--names=LoopMoE"],
+                       os.path.join(out_dir, "iteradaln"), "iteradaln.json")["result"].values()
+    return {f"layer {r['layer'] + 1} {r['branch']} pass {r['loop'] + 1} {stat}": r[stat] for r in rows
+            for stat in ("mean_abs_gamma", "mean_abs_beta", "mean_alpha") if stat in r}
+
+
 def elastic(out_dir):
     """Lecture 8's printed numbers: perplexity at each budget M (M equal steps), at each schedule of two steps, and
     those schedules' spread (early_exit.py --mode=elastic --budget=2, as the lecture runs it)."""
@@ -120,7 +129,7 @@ def depth_eval(variant):
     return out
 
 
-AFTER_TRAINING = {"4": routing, "5": routing_dynamics, "8": elastic}  # the analysis a lecture runs on its run
+AFTER_TRAINING = {"4": (routing,), "5": (routing_dynamics, iteradaln), "8": (elastic,)}  # analyses of the run
 ANALYSES = {"7": early_exit_table, "9": residual_norms, "10": depth_eval}  # lectures without a training run
 COMMANDS = {"7": ["python", "early_exit.py", "--ckpt=<lecture 1's run>,<lecture 2's run>", "--names=Base,Looped"],
             "9": ["python", "analyze.py", "residual", "--n_seeds=2"],
@@ -133,12 +142,13 @@ def numbers_of(lecture, variant):
         return ANALYSES[lecture](variant)
     out_dir = os.path.join(OUT, f"l{lecture}_{variant}")
     numbers = run(TRAINED[lecture] + VARIANTS[variant], out_dir)
-    if lecture in AFTER_TRAINING:
-        numbers.update(AFTER_TRAINING[lecture](out_dir))
+    for analyse in AFTER_TRAINING.get(lecture, ()):
+        numbers.update(analyse(out_dir))
     if lecture in CONTROLS:  # the control: the same command with its changes, its numbers under its name
         name, changes = CONTROLS[lecture]
         control = run(TRAINED[lecture] + changes + VARIANTS[variant], out_dir + "_control")
-        control.update(AFTER_TRAINING[lecture](out_dir + "_control"))
+        for analyse in AFTER_TRAINING[lecture]:
+            control.update(analyse(out_dir + "_control"))
         numbers.update({f"{name} {key}": value for key, value in control.items()})
     return numbers
 

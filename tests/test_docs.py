@@ -48,6 +48,7 @@ CUTS = {  # script (or "script subcommand") -> keys appended to its command line
     "eval.py": ["--limit=3", "--text_tokens=256", "--progress=False", "--bench_items=4"],
     "analyze.py routing": ["--n_tokens=256", "--batch_size=2", "--seq_len=32"],
     "analyze.py routing_dynamics": ["--n_tokens=256", "--batch_size=2", "--seq_len=32"],
+    "analyze.py iteradaln": ["--n_tokens=256", "--batch_size=2", "--seq_len=32"],
     "analyze.py jsd": ["--n_tokens=256", "--batch_size=2", "--seq_len=32"],
     "analyze.py residual": ["--n_seeds=1", "--loops=(1,2)", "--steps=1", "--n_embd=32", "--head_dim=16",
                             "--seq_len=16", "--block_size=16"],
