@@ -4,6 +4,7 @@ sweeps and fits (lab/sweep.py, lab/fits.py) under one name, the one the sweep sp
 
     python scaling.py count config/sparse_looped_moe.py --n_embd=704 --flops_budget=1e18
     python scaling.py count config/sparse_base.py --memory --gpus=8
+    python scaling.py count config/loopmoe_cpu.py --measure_flops=True   # the FLOP count against torch's own
     python scaling.py sweep config/sweeps/isoflop_cpu.py [--dry_run]
     python scaling.py fit out/sweeps/isoflop_cpu/results.jsonl --law=isoflop
     python scaling.py figures records/
@@ -16,12 +17,16 @@ import json
 import math
 import sys
 
+import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.utils.flop_counter import FlopCounterMode
+
 import train
 from accounting import accounting, block_executions, model_on_meta
 from checkpoint import check_training
 from configurator import ConfigError, configure, run
 from lab import fits, sweep
-from model import GPTConfig
+from model import GPT, GPTConfig
 
 
 # -----------------------------------------------------------------------------------------------------------------
@@ -155,7 +160,22 @@ COUNT_KEYS = dict(
     memory=False,  # also predict the memory per GPU of the run under DDP and FSDP (train.py --fsdp)
     gpus=8,  # --memory: GPUs the run shards over
     gpu_gib=80.0,  # --memory: memory of one GPU (GiB), to say how many the run needs
+    measure_flops=False,  # also run one training forward and backward under torch's FlopCounterMode (CPU, seconds)
 )
+
+
+def measured_flops_per_token(model_cfg, seed=0, B=2):
+    """FLOPs per token of one training step (forward and backward, at block_size) as torch's FlopCounterMode counts
+    the matmuls that actually run: an independent check of accounting.py's "schwethelm" count, which includes the
+    attention (the math SDPA kernel, whose matmuls the counter sees)."""
+    torch.manual_seed(seed)
+    model = GPT(model_cfg).init_weights(seed)
+    T = model_cfg.block_size
+    idx = torch.randint(0, model_cfg.vocab_size, (B, T), generator=torch.Generator().manual_seed(seed))
+    with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
+        _, loss, aux = model(idx, idx)
+        (loss + sum(aux.values())).backward()
+    return counter.get_total_flops() / (B * T)
 
 
 def main_count(argv):
@@ -171,6 +191,11 @@ def main_count(argv):
         raise ConfigError(f"config error: --gpu_gib={cfg['gpu_gib']} must be > 0")
     model = model_on_meta(model_cfg)
     out = accounting(model, cfg["flops_convention"], cfg["flops_budget"], cfg["seq_len"] or None)
+    if cfg["measure_flops"]:  # the schwethelm count at block_size, beside what torch counts running the model
+        schwethelm = accounting(model, "schwethelm")["flops_per_token"]
+        measured = measured_flops_per_token(model_cfg, cfg["seed"])
+        out["measured_flops_per_token"] = measured
+        out["schwethelm_over_measured"] = schwethelm / measured
     if cfg["memory"]:
         out["memory_per_gpu"] = memory_per_gpu(model, cfg, cfg["gpus"])
         out["memory_per_gpu"]["gpus"] = cfg["gpus"]

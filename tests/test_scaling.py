@@ -464,3 +464,19 @@ def test_planner_reproduces_table6_tokens(monkeypatch):
         paper = SCHWETHELM_TOKENS[s][BUDGETS.index(C)] * 1e9
         assert abs(q["tokens"] / paper - 1) < 0.015, (s, C)
         assert q["train"]["lr"] == pytest.approx(0.014 * (q["tokens"] / 1e9) ** -0.32)
+
+
+def test_count_measures_the_flops_with_torchs_counter(capsys):
+    """`python scaling.py count CONFIG --measure_flops=True` (lecture 5's command) runs one training step under
+    FlopCounterMode and prints it beside the "schwethelm" count: for the LoopMoE preset (MLA, IterAdaLN, a sandwich
+    loop, fine-grained and shared experts) they agree within 1%."""
+    cwd = os.getcwd()
+    os.chdir(ROOT)
+    try:
+        out = scaling.main(["count", "config/loopmoe_cpu.py", "--measure_flops=True", "--block_size=32"])
+    finally:
+        os.chdir(cwd)
+    assert json.loads(capsys.readouterr().out)["measured_flops_per_token"] == out["measured_flops_per_token"]
+    assert abs(out["schwethelm_over_measured"] - 1) < 0.01, out
+    assert out["flops_per_token_schwethelm"] == pytest.approx(out["measured_flops_per_token"] *
+                                                              out["schwethelm_over_measured"])
