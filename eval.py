@@ -662,6 +662,38 @@ METRIC_NAMES = {"acc": "accuracy (fraction)", "acc_norm": "accuracy, length-norm
                 "bits_per_byte": "bits per byte (bits)", "word_perplexity": "word perplexity (per word)"}
 
 
+def panel_title(name):
+    """A task or suite as a figure names it: 'varassign_d1_code' -> 'variable assignment, depth 1 (code)'."""
+    m = re.fullmatch(r"varassign_d(\d+)_(\w+)", name)
+    if m:
+        return f"variable assignment, depth {m.group(1)} ({m.group(2)})"
+    return {"ppl_val": "validation text"}.get(name, name.replace("_", " "))
+
+
+def point_name(setting):
+    """A setting as a figure names it: 'loops=2 (trained)' -> '2 passes (trained)', 'exit entropy<1' -> 'exit at
+    entropy < 1'."""
+    if setting.startswith("loops="):
+        n, _, rest = setting[len("loops="):].partition(" ")
+        return f"{n} pass{'' if n == '1' else 'es'}" + (f" {rest}" if rest else "")
+    return setting.replace("exit entropy<", "exit at entropy < ")
+
+
+def coinciding(pts, within=0.04):
+    """[(x, y, [settings])]: the points of one panel with those that would print over each other (closer than
+    `within` of the panel's span on both axes) named together at the first of them."""
+    xs, ys = [p[0] for p in pts] or [0.0], [p[1] for p in pts] or [0.0]
+    span_x, span_y = (max(xs) - min(xs)) or 1.0, (max(ys) - min(ys)) or 1.0
+    groups = []
+    for x, y, setting in pts:
+        near = next((g for g in groups if abs(g[0] - x) < within * span_x and abs(g[1] - y) < within * span_y), None)
+        if near is None:
+            groups.append((x, y, [setting]))
+        else:
+            near[2].append(setting)
+    return groups
+
+
 def draw(results, plan):
     """One panel per task (its primary metric) and per suite (its mean): each model's depth settings against the
     forward FLOPs per token they executed."""
@@ -681,6 +713,7 @@ def draw(results, plan):
             [(name, m, lambda r, name=name, m=m: r["tasks"].get(name, {}).get(m)) for name, m in panels]
             + [(s + ", mean", suite_metric[s], lambda r, s=s: r["suites"].get(s, {}).get("mean")) for s in suites]):
         ax = axes.flat[i]
+        named = []  # the points to name: the settings of every model that has more than one
         for j, (model, per) in enumerate(results.items()):
             pts = []
             for setting, r in per.items():
@@ -690,10 +723,11 @@ def draw(results, plan):
             pts.sort()
             ax.plot([p[0] / 1e6 for p in pts], [p[1] for p in pts], "o-", color=f"C{j}", ms=3,
                     label=model.replace("_", " "))
-            for x, y, setting in pts:
-                ax.annotate(setting.replace(" (trained)", "*").replace("loops=", "L").replace("exit ", ""),
-                            (x / 1e6, y), fontsize=6, textcoords="offset points", xytext=(2, 2))
-        ax.set_title(title.replace("_", " "), fontsize=9)
+            named += pts if len(pts) > 1 else []  # (a model's one setting: its legend entry names it)
+        for x, y, names in coinciding(named):
+            ax.annotate(", ".join(dict.fromkeys(map(point_name, names))), (x / 1e6, y), fontsize=6,
+                        textcoords="offset points", xytext=(2, 2))
+        ax.set_title(panel_title(title), fontsize=9)
         ax.set_xlabel("forward FLOPs per token (millions)", fontsize=8)
         ax.set_ylabel(METRIC_NAMES.get(metric, metric.replace("_", " ")), fontsize=8)
         ax.grid(alpha=0.3)

@@ -5,6 +5,7 @@ lm_eval.simple_evaluate, and the command line. Fixtures: tests/fixtures/eval/<ta
 for these tests in each dataset's schema (not copied from the datasets)."""
 import glob
 import io
+import itertools
 import json
 import math
 import os
@@ -581,6 +582,11 @@ def test_committed_evaluation_figures_redraw_from_their_json_readably(path, tmp_
     assert written == png
     saved = json.load(open(path))
     assert figure_problems(fig) == []
+    fig.canvas.draw()  # the settings' names: none printed over another (issue 50), none a field name
+    for ax in fig.axes:
+        boxes = [(t.get_text(), t.get_window_extent()) for t in ax.texts]
+        assert not [(a, b) for (a, box_a), (b, box_b) in itertools.combinations(boxes, 2) if box_a.overlaps(box_b)]
+        assert all("_" not in t and "loops=" not in t for t, _ in boxes)
     name, _, metric, _, _ = saved["plan"][0]
     assert_drawn(fig, [(np.mean([t["flops_per_token"] for t in r["tasks"].values()]) / 1e6, r["tasks"][name][metric])
                        for per in saved["results"].values() for r in per.values() if name in r["tasks"]])
