@@ -1,5 +1,5 @@
-"""course/nano/: the minimal models ARE the real ones. For each step (gpt.py, loop.py, prelude.py, moe.py) the project's
-model.GPT of that family is built at a tiny size, initialised, its weights perturbed (so that an identity at init,
+"""course/nano/: the minimal models ARE the real ones. For each step (gpt.py, loop.py, prelude.py, moe.py, exit.py)
+the project's model.GPT of that family is built at a tiny size, initialised, its weights perturbed (so that an identity at init,
 such as linear injection's [I | 0], cannot hide a bug), loaded into the minimal file with its from_project, and both
 must give the same logits (and loss, MoE balance terms included) within 1e-5, with kernels.py's CPU fast paths off
 and on, and with the minimal file's KV cache (prompt, then one token at a time). Also: each minimal file imports
@@ -38,6 +38,7 @@ FAMILIES = [
     ("prelude", dict(n_prelude=1, n_coda=2, n_loop=3, injection="linear")),
     ("moe", dict(n_expert=4, top_k=2, n_loop=2)),  # Lee et al.'s Looped-MoE
     ("moe", dict(n_expert=4, top_k=2, n_loop=1)),  # their MoE
+    ("exit", dict(n_loop=3)),  # loop.py with the exit study: the same model
 ]
 IDS = [f"{step}-{'-'.join(f'{k}={v}' for k, v in kw.items()) or 'default'}" for step, kw in FAMILIES]
 TINY = dict(n_embd=32, head_dim=16, n_layer=2, block_size=16, vocab_size=V)
@@ -109,7 +110,33 @@ def test_a_checkpoint_as_train_py_writes_it_loads(tmp_path):
         assert (real(tokens())[0] - mini(tokens())[0]).abs().max().item() < 1e-5
 
 
-STEPS = ["gpt", "loop", "prelude", "moe"]
+STEPS = ["gpt", "loop", "prelude", "moe", "exit"]
+
+
+@pytest.mark.parametrize("quantile", [None, 0.25, 0.5, 0.75, "inf"])
+def test_the_minimal_exit_study_stops_where_the_projects_does(quantile):
+    """exit.py's teacher-forced study against the project's (early_exit.exit_records: the readouts at the loop
+    boundaries, exits.exit_choice: the first with entropy below tau): each token stops after the same pass, and the
+    mean loss of the predictions where they stop is the same, at tau = 0 (never early), inf (always after pass 1)
+    and quantiles of the boundaries' entropies (at the median some tokens stop after each pass)."""
+    import early_exit
+    import exits
+    real = project_model(dict(n_loop=3))
+    mini = nano("exit").from_project(real.state_dict(), real.config.to_dict()).eval()
+    idx, targets = tokens(), tokens(seed=1)
+    with torch.no_grad():
+        records = early_exit.exit_records(real, idx, targets, exits.exit_candidates(real, exits.depth_labels(real)),
+                                          ("entropy",))
+    score = records["scores"]["entropy"]  # (K boundaries before the last, tokens)
+    tau = {None: 0.0, "inf": float("inf")}.get(quantile) if quantile in (None, "inf") else \
+        torch.quantile(score, quantile).item()
+    with torch.no_grad():
+        loss, stopped = mini.exit_study(idx, targets, tau)
+    k = exits.exit_choice(score, tau)  # candidate index; K = the full depth
+    assert torch.equal(stopped.flatten(), k.long() + 1)
+    assert abs(records["nll"].gather(0, k[None].long()).mean().item() - loss.item()) < 1e-5
+    if quantile == 0.5:
+        assert len(set(stopped.flatten().tolist())) == 3, stopped  # every pass ends some token's walk
 
 
 @pytest.mark.parametrize("step", STEPS)
@@ -137,14 +164,14 @@ def test_a_minimal_file_runs_alone_and_its_loss_falls(step, monkeypatch, capsys)
     module = nano(step)
     text = os.path.join(REPO, "COURSE.md")
     module.main(text, steps=15, batch_size=4, lr=1e-2)
-    losses = [float(x) for x in re.findall(r"val loss ([\d.]+)", capsys.readouterr().out)]
+    losses = [float(x) for x in re.findall(r"step +\d+ \| val loss ([\d.]+)", capsys.readouterr().out)]
     assert len(losses) == 2 and losses[1] < losses[0] - 0.5
 
 
 # A step must stay readable as one diff. Changed lines (removed + added, the file headers not counted) of each step
 # over the one it builds on, the rewritten module docstring (about 20 lines) included; at most 40 for looping (31
-# today), 90 for prelude/coda/injection (72), 110 for routed experts (97).
-DIFF_BOUNDS = {"loop": 40, "prelude": 90, "moe": 110}
+# today), 90 for prelude/coda/injection (72), 110 for routed experts (97), 60 for the early-exit study.
+DIFF_BOUNDS = {"loop": 40, "prelude": 90, "moe": 110, "exit": 60}
 
 
 def test_each_step_is_a_small_diff_over_the_one_before():
