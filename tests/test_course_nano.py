@@ -1,5 +1,5 @@
-"""course/nano/: the minimal models ARE the real ones. For each step (gpt.py, loop.py, prelude.py, moe.py, exit.py)
-the project's model.GPT of that family is built at a tiny size, initialised, its weights perturbed (so that an identity at init,
+"""course/nano/: the minimal models ARE the real ones. For each step (gpt.py, loop.py, prelude.py, moe.py, exit.py,
+iteradaln.py) the project's model.GPT of that family is built at a tiny size, initialised, its weights perturbed (so that an identity at init,
 such as linear injection's [I | 0], cannot hide a bug), loaded into the minimal file with its from_project, and both
 must give the same logits (and loss, MoE balance terms included) within 1e-5, with kernels.py's CPU fast paths off
 and on, and with the minimal file's KV cache (prompt, then one token at a time). Also: each minimal file imports
@@ -39,6 +39,7 @@ FAMILIES = [
     ("moe", dict(n_expert=4, top_k=2, n_loop=2)),  # Lee et al.'s Looped-MoE
     ("moe", dict(n_expert=4, top_k=2, n_loop=1)),  # their MoE
     ("exit", dict(n_loop=3)),  # loop.py with the exit study: the same model
+    ("iteradaln", dict(n_loop=3, loop_cond="iteradaln")),  # Chen et al.'s per-pass conditioning
 ]
 IDS = [f"{step}-{'-'.join(f'{k}={v}' for k, v in kw.items()) or 'default'}" for step, kw in FAMILIES]
 TINY = dict(n_embd=32, head_dim=16, n_layer=2, block_size=16, vocab_size=V)
@@ -110,7 +111,7 @@ def test_a_checkpoint_as_train_py_writes_it_loads(tmp_path):
         assert (real(tokens())[0] - mini(tokens())[0]).abs().max().item() < 1e-5
 
 
-STEPS = ["gpt", "loop", "prelude", "moe", "exit"]
+STEPS = ["gpt", "loop", "prelude", "moe", "exit", "iteradaln"]
 
 
 @pytest.mark.parametrize("quantile", [None, 0.25, 0.5, 0.75, "inf"])
@@ -170,8 +171,9 @@ def test_a_minimal_file_runs_alone_and_its_loss_falls(step, monkeypatch, capsys)
 
 # A step must stay readable as one diff. Changed lines (removed + added, the file headers not counted) of each step
 # over the one it builds on, the rewritten module docstring (about 20 lines) included; at most 40 for looping (31
-# today), 90 for prelude/coda/injection (72), 110 for routed experts (97), 60 for the early-exit study.
-DIFF_BOUNDS = {"loop": 40, "prelude": 90, "moe": 110, "exit": 60}
+# today), 90 for prelude/coda/injection (72), 110 for routed experts (97), 60 for the early-exit study, 90 for
+# IterAdaLN.
+DIFF_BOUNDS = {"loop": 40, "prelude": 90, "moe": 110, "exit": 60, "iteradaln": 90}
 
 
 def test_each_step_is_a_small_diff_over_the_one_before():

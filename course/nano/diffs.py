@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-STEPS = {"loop": "gpt", "prelude": "loop", "moe": "loop", "exit": "loop"}  # each step -> the step it builds on
+STEPS = {"loop": "gpt", "prelude": "loop", "moe": "loop", "exit": "loop", "iteradaln": "loop"}  # each step -> the step it builds on
 BLOCK = re.compile(r"(<!-- diff (\w+)\.py -->\n```diff\n)(.*?)(```\n)", re.S)  # a README diff block
 
 
