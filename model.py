@@ -648,9 +648,9 @@ class GPT(nn.Module):
     def run_block(self, i, x, rope, cache, slot, loop, c, aux, keep_cond=False):
         """Run block i in pass `loop` conditioned by the vector c (None: unconditioned); returns (its output, the
         conditioning it ran with, which keeps its modulators' outputs if keep_cond)."""
-        cond = LoopCond(self.blocks[i].modulator, c, keep_cond) if c is not None else None
-        res_scale = self.res_scales[i] if self.res_scales is not None else 1.0
         block = self.blocks[i]
+        cond = LoopCond(block.modulator, c, keep_cond) if c is not None else None
+        res_scale = self.res_scales[i] if self.res_scales is not None else 1.0
         if self.activation_checkpointing and torch.is_grad_enabled():  # keep the block's inputs only: its activations
             # are recomputed in the backward, where its MoE layers count no loads a second time (moe.recomputing)
             x, block_aux = checkpoint(block, x, rope, cache, slot, cond, res_scale, loop, use_reentrant=False,
