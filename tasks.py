@@ -14,7 +14,8 @@ import string
 from collections import namedtuple
 
 from configurator import ConfigError
-from data import hub_unreachable, json_lines
+from data import json_lines
+from prepare import hub_unreachable
 
 # =====================================================================================================================
 # tasks: a dataset row -> a doc (query and answers as strings) -> requests (context, continuation) as the harness

@@ -46,8 +46,8 @@ import re
 import subprocess
 import sys
 
-TRAINING_CODE = ("model.py", "loop.py", "moe.py", "optim.py", "kernels.py", "train.py", "data.py", "configurator.py",
-                 "distributed.py", "checkpoint.py", "scaling.py")
+TRAINING_CODE = ("model.py", "loop.py", "moe.py", "optim.py", "kernels.py", "train.py", "data.py", "prepare.py",
+                 "configurator.py", "distributed.py", "checkpoint.py", "scaling.py")
 EXEC = re.compile(r"""exec\(open\(.*?["']([\w./-]+\.py)["']""")
 
 

@@ -1,14 +1,14 @@
 """
 The figures of the sweeps' statistics (fits.py): a PNG next to a JSON of the numbers it shows, drawn as a lecturer
 puts them on a slide (axis names with their units, readable names from one map, seed spread drawn; the checks are
-tests/figure_checks.py), with the conventions of plots.py. `python scaling.py fit ...` and
+tests/figure_checks.py), with the slide conventions of analyze.py. `python scaling.py fit ...` and
 `python scaling.py figures records/` call them.
 """
 import math
 
 import numpy as np
 
-from plots import figure, flops_name, group_name, readable, save
+from analyze import figure, flops_name, group_name, readable, save  # the slide conventions
 
 
 def plot_isoflop(result, path):

@@ -1,4 +1,4 @@
-"""Tests of data.py: tokenizers, prepare (files, offline, streams), the loader's determinism, the validation set."""
+"""Tests of data.py and prepare.py: tokenizers, preparing (files, offline, streams), the loader's determinism, the validation set."""
 import hashlib
 import importlib.util
 import json
@@ -15,7 +15,8 @@ import pytest
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import data
+import data  # noqa: E402
+import prepare  # noqa: E402
 import train  # noqa: E402
 from configurator import ConfigError  # noqa: E402
 
@@ -103,7 +104,7 @@ def byte_docs(out_dir):
 
 def test_prepare_files(tmp_path):
     docs = write_docs(tmp_path / "txt", 20)
-    meta = data.prepare(f"files:{tmp_path}/txt/*.txt", str(tmp_path / "out"), "byte", val_fraction=0.2, seed=0)
+    meta = prepare.prepare(f"files:{tmp_path}/txt/*.txt", str(tmp_path / "out"), "byte", val_fraction=0.2, seed=0)
     assert meta == json.load(open(tmp_path / "out" / "meta.json"))
     assert (meta["tokenizer"], meta["vocab_size"], meta["eot"], meta["dtype"]) == ("byte", 257, 256, "uint16")
     assert (meta["train_documents"], meta["val_documents"]) == (16, 4)
@@ -115,13 +116,13 @@ def test_prepare_files(tmp_path):
     assert meta["train_tokens"] + meta["val_tokens"] == n_bytes + 15 + 3
     assert os.path.getsize(tmp_path / "out" / "train.bin") == 2 * meta["train_tokens"]
     assert not [f for f in os.listdir(tmp_path / "out") if f.endswith(".tmp")]
-    again = data.prepare(f"files:{tmp_path}/txt/*.txt", str(tmp_path / "again"), "byte", val_fraction=0.2, seed=0)
+    again = prepare.prepare(f"files:{tmp_path}/txt/*.txt", str(tmp_path / "again"), "byte", val_fraction=0.2, seed=0)
     assert again["val_names"] == meta["val_names"]  # the split is a function of the seed
 
 
 def test_prepare_files_gpt2_and_max_tokens(tmp_path):
     docs = write_docs(tmp_path / "txt", 10)
-    meta = data.prepare(f"files:{tmp_path}/txt/*.txt", str(tmp_path / "out"), "gpt2", val_fraction=0.1,
+    meta = prepare.prepare(f"files:{tmp_path}/txt/*.txt", str(tmp_path / "out"), "gpt2", val_fraction=0.1,
                         max_tokens=50)
     assert meta["dtype"] == "uint16" and meta["train_tokens"] == 50
     val = np.fromfile(tmp_path / "out" / "val.bin", dtype=np.uint16)
@@ -131,9 +132,9 @@ def test_prepare_files_gpt2_and_max_tokens(tmp_path):
 def test_vocabularies_above_65536_are_stored_as_uint32(tmp_path, monkeypatch):
     """Token ids past uint16 (OLMo 3's 100,278-token vocabulary) survive prepare and the loader."""
     shifted = data.Tokenizer("big", 100_278, 100_277, lambda text: [70_000 + b for b in text.encode()], None)
-    monkeypatch.setattr(data, "get_tokenizer", lambda name: shifted)
+    monkeypatch.setattr(prepare, "get_tokenizer", lambda name: shifted)
     docs = write_docs(tmp_path / "txt", 4)
-    meta = data.prepare(f"files:{tmp_path}/txt/*.txt", str(tmp_path / "out"), "big", val_fraction=0.25)
+    meta = prepare.prepare(f"files:{tmp_path}/txt/*.txt", str(tmp_path / "out"), "big", val_fraction=0.25)
     assert meta["dtype"] == "uint32" and os.path.getsize(tmp_path / "out" / "train.bin") == 4 * meta["train_tokens"]
     loaded = data.TokenData(str(tmp_path / "out"))
     val = loaded.splits["val"]
@@ -145,7 +146,7 @@ def test_vocabularies_above_65536_are_stored_as_uint32(tmp_path, monkeypatch):
 def test_prepare_single_file_splits_its_tail(tmp_path):
     lines = [f"line {i} of the one file" for i in range(200)]
     (tmp_path / "input.txt").write_text("\n".join(lines))
-    meta = data.prepare(f"files:{tmp_path}/input.txt", str(tmp_path / "out"), "byte", val_fraction=0.1)
+    meta = prepare.prepare(f"files:{tmp_path}/input.txt", str(tmp_path / "out"), "byte", val_fraction=0.1)
     val = bytes(np.fromfile(tmp_path / "out" / "val.bin", np.uint16).astype(np.uint8)).decode()
     assert val.startswith("line 18") and val.endswith("line 199 of the one file")
     assert meta["train_tokens"] + meta["val_tokens"] == len("\n".join(lines))
@@ -153,13 +154,13 @@ def test_prepare_single_file_splits_its_tail(tmp_path):
 
 def test_prepare_bad_source(tmp_path):
     with pytest.raises(FileNotFoundError, match="no files match"):
-        data.prepare(f"files:{tmp_path}/nothing/*.txt", str(tmp_path / "out"), "byte")
+        prepare.prepare(f"files:{tmp_path}/nothing/*.txt", str(tmp_path / "out"), "byte")
     with pytest.raises(ValueError, match="offline"):
-        data.prepare("wikipedia", str(tmp_path / "out"), "byte")
+        prepare.prepare("wikipedia", str(tmp_path / "out"), "byte")
 
 
 def test_prepare_offline_byte(tmp_path):
-    meta = data.prepare("offline", str(tmp_path / "out"), "byte")
+    meta = prepare.prepare("offline", str(tmp_path / "out"), "byte")
     assert meta["train_tokens"] > 5_000_000 and meta["val_tokens"] > 10_000
     names = meta["val_names"]
     assert any(n.islower() for n in names) and any(n[0].isupper() for n in names)  # from both corpora
@@ -171,24 +172,24 @@ def test_prepare_offline_byte(tmp_path):
 def test_ensure_data(tmp_path, capsys):
     write_docs(tmp_path / "txt", 5)
     source, out = f"files:{tmp_path}/txt/*.txt", str(tmp_path / "out")
-    meta = data.ensure_data(out, source, "byte")
+    meta = prepare.ensure_data(out, source, "byte")
     assert "preparing" in capsys.readouterr().out
-    assert data.ensure_data(out, source, "byte") == meta and "preparing" not in capsys.readouterr().out
+    assert prepare.ensure_data(out, source, "byte") == meta and "preparing" not in capsys.readouterr().out
     with pytest.raises(ValueError, match="another data_dir"):
-        data.ensure_data(out, source, "gpt2")
+        prepare.ensure_data(out, source, "gpt2")
 
 
 def test_ensure_data_prepares_again_when_the_files_change(tmp_path, capsys):
     docs = write_docs(tmp_path / "txt", 5)
     source, out = f"files:{tmp_path}/txt/*.txt", str(tmp_path / "out")
-    meta = data.ensure_data(out, source, "byte", val_fraction=0.2)
+    meta = prepare.ensure_data(out, source, "byte", val_fraction=0.2)
     capsys.readouterr()
-    assert data.ensure_data(out, source, "byte") == meta
+    assert prepare.ensure_data(out, source, "byte") == meta
     assert capsys.readouterr().out == (f"reusing {out}: {source}, 5 unchanged files, {meta['train_tokens']:,} train "
                                        f"+ {meta['val_tokens']:,} val byte tokens\n")
     docs[2] = "an edited document"  # another size
     (tmp_path / "txt" / "doc02.txt").write_text(docs[2])
-    edited = data.ensure_data(out, source, "byte")
+    edited = prepare.ensure_data(out, source, "byte")
     assert "changed since (now 5 files): preparing" in capsys.readouterr().out
     assert byte_docs(out) == sorted(docs) and edited["val_fraction"] == 0.2  # prepared as before, with the new text
     docs[2] = "AN EDITED DOCUMENT"  # the same size, a later mtime
@@ -196,11 +197,11 @@ def test_ensure_data_prepares_again_when_the_files_change(tmp_path, capsys):
     mtime = os.stat(path).st_mtime_ns
     path.write_text(docs[2])
     os.utime(path, ns=(mtime + 10**9, mtime + 10**9))
-    data.ensure_data(out, source, "byte")
+    prepare.ensure_data(out, source, "byte")
     assert "changed since" in capsys.readouterr().out and byte_docs(out) == sorted(docs)
     meta = json.load(open(tmp_path / "out" / "meta.json"))  # a directory written by a version that kept no record
     json.dump({k: v for k, v in meta.items() if k not in ("n_files", "files_sha1")}, open(f"{out}/meta.json", "w"))
-    assert data.ensure_data(out, source, "byte") == meta
+    assert prepare.ensure_data(out, source, "byte") == meta
     assert "no record of the files" in capsys.readouterr().out
 
 
@@ -208,10 +209,31 @@ def test_empty_files_stop_early(tmp_path):
     for name in ("a.txt", "b.txt", "c.txt"):
         (tmp_path / name).write_text("")
     with pytest.raises(ValueError, match=r"files:.*\*\.txt gave no training text \(3 documents, all empty"):
-        data.ensure_data(str(tmp_path / "out"), f"files:{tmp_path}/*.txt", "byte")
+        prepare.ensure_data(str(tmp_path / "out"), f"files:{tmp_path}/*.txt", "byte")
     assert not os.path.exists(tmp_path / "out" / "meta.json")  # so a later run prepares again
     with pytest.raises(FileNotFoundError, match="no files match .*fix the glob"):  # before: an error from datasets
-        data.prepare(f"files:{tmp_path}/nothing/*.parquet", str(tmp_path / "out"), "byte")
+        prepare.prepare(f"files:{tmp_path}/nothing/*.parquet", str(tmp_path / "out"), "byte")
+
+
+def test_train_prepares_in_a_process_of_its_own_and_its_error_is_the_runs_one_line(tmp_path, capfd):
+    """train.py runs prepare.py (a process of its own: a training run loads only the reading half of the data
+    code) with the settings it names on a line a user can copy; what prepare.py refuses is the run's one line."""
+    write_docs(tmp_path / "txt", 4)
+    source, tokens = f"files:{tmp_path}/txt/*.txt", tmp_path / "tokens"
+    train.main(TINY_RUN + [f"--data_source={source}", "--tokenizer=byte", f"--data_dir={tokens}",
+                           f"--out_dir={tmp_path / 'run'}"])
+    printed = capfd.readouterr().out
+    assert f"running python prepare.py '--source={source}' --tokenizer=byte --out_dir={tokens} " in printed
+    assert f"{source} -> {tokens}: " in printed  # prepare.py's own line, from its process
+    assert prepare.ensure_data(str(tokens), source, "byte") == json.load(open(tokens / "meta.json"))  # as in-process
+    for name in ("a.txt", "b.txt"):
+        (tmp_path / "empty" / name).parent.mkdir(exist_ok=True)
+        (tmp_path / "empty" / name).write_text("")
+    with pytest.raises(ConfigError, match=r"^data: files:.*empty/\*\.txt gave no training text \(2 documents, all "
+                                          r"empty after tokenizing\): put text in the files") as e:
+        train.main(TINY_RUN + [f"--data_source=files:{tmp_path}/empty/*.txt", "--tokenizer=byte",
+                               f"--data_dir={tmp_path / 'none'}", f"--out_dir={tmp_path / 'run2'}"])
+    assert "\n" not in str(e.value) and not os.path.exists(tmp_path / "none" / "meta.json")
 
 # -----------------------------------------------------------------------------
 # streams (fineweb-edu, parquet): offline detection and resuming
@@ -221,7 +243,7 @@ def test_fineweb_fails_fast_offline(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     t0 = time.time()
     with pytest.raises(RuntimeError, match="offline source.*files:") as e:
-        data.prepare("fineweb-edu", str(tmp_path / "out"), "byte", max_tokens=1000)
+        prepare.prepare("fineweb-edu", str(tmp_path / "out"), "byte", max_tokens=1000)
     assert time.time() - t0 < 5 and "HF_HUB_OFFLINE" in str(e.value)
     assert not os.path.exists(tmp_path / "out" / "meta.json")
 
@@ -235,13 +257,13 @@ def test_fineweb_fails_fast_unreachable(tmp_path, monkeypatch):
     monkeypatch.setattr(socket, "create_connection", no_network)
     t0 = time.time()
     with pytest.raises(RuntimeError, match="huggingface.co:443 cannot be reached.*offline source"):
-        data.prepare("fineweb-edu", str(tmp_path / "out"), "byte", max_tokens=1000)
+        prepare.prepare("fineweb-edu", str(tmp_path / "out"), "byte", max_tokens=1000)
     assert time.time() - t0 < 5
 
 
 def test_fineweb_needs_max_tokens(tmp_path):
     with pytest.raises(ValueError, match="max_tokens"):
-        data.prepare("fineweb-edu", str(tmp_path / "out"), "byte")
+        prepare.prepare("fineweb-edu", str(tmp_path / "out"), "byte")
 
 
 def fineweb_stand_in(folder, n_docs=1500, n_files=3):
@@ -263,7 +285,7 @@ class CountingStream:
         self.log = log
 
     def __call__(self, source, text_column, hf):
-        self.ds = data.open_stream(source, text_column, hf)
+        self.ds = prepare.open_stream(source, text_column, hf)
         return self
 
     def __iter__(self):
@@ -283,43 +305,43 @@ def test_stream_resumes_from_its_own_state(tmp_path, monkeypatch):
     through; the resumed stream starts at the saved position (datasets' state_dict), not at the stream's start."""
     hf, texts = fineweb_stand_in(tmp_path / "hub")
     kw = dict(source="fineweb-edu", tokenizer="byte", val_fraction=0.1, seed=3, chunk=100, hf=hf)
-    full = data.prepare_stream(out_dir=str(tmp_path / "full"), max_tokens=20_000, **kw)
+    full = prepare.prepare_stream(out_dir=str(tmp_path / "full"), max_tokens=20_000, **kw)
     assert 20_000 <= full["train_tokens"] < 20_000 + 40 and 0 < full["val_documents"] < full["train_documents"] / 5
     assert byte_docs(tmp_path / "full") == sorted(texts[:full["documents"]])  # whole documents, in stream order
     assert not full["exhausted"] and full["stream"]  # datasets' own position, kept to go on later
 
-    real_write, writes = data.write_json, []
+    real_write, writes = prepare.write_json, []
 
     def killed_at_the_fourth_save(path, obj):  # the first save, 3 chunks appended, then a kill before saving
         writes.append(path)
         if len(writes) == 4:
             raise KeyboardInterrupt
         real_write(path, obj)
-    monkeypatch.setattr(data, "write_json", killed_at_the_fourth_save)
+    monkeypatch.setattr(prepare, "write_json", killed_at_the_fourth_save)
     with pytest.raises(KeyboardInterrupt):
-        data.prepare_stream(out_dir=str(tmp_path / "cut"), max_tokens=20_000, **kw)
-    monkeypatch.setattr(data, "write_json", real_write)
+        prepare.prepare_stream(out_dir=str(tmp_path / "cut"), max_tokens=20_000, **kw)
+    monkeypatch.setattr(prepare, "write_json", real_write)
     state = json.load(open(tmp_path / "cut" / "progress.json"))
     assert state["documents"] == 200 and not os.path.exists(tmp_path / "cut" / "meta.json")
     with open(tmp_path / "cut" / "train.bin.partial", "ab") as f:  # tokens appended after the last saved progress
         f.write(b"\x01\x00" * 77)
     read = []
-    resumed = data.prepare_stream(out_dir=str(tmp_path / "cut"), max_tokens=20_000, stream_from=CountingStream(read),
+    resumed = prepare.prepare_stream(out_dir=str(tmp_path / "cut"), max_tokens=20_000, stream_from=CountingStream(read),
                                   **kw)
     assert read[:3] == texts[200:203]  # from the saved position on, not from the start
     counts = ("documents", "train_tokens", "val_tokens", "train_documents", "val_documents", "exhausted")
     assert [resumed[k] for k in counts] == [full[k] for k in counts]
     assert not os.path.exists(tmp_path / "cut" / "progress.json")
 
-    data.prepare_stream(out_dir=str(tmp_path / "grown"), max_tokens=5_000, **kw)  # a shorter run first
-    grown = data.ensure_data(str(tmp_path / "grown"), "fineweb-edu", "byte", hf=hf, max_tokens=20_000,
+    prepare.prepare_stream(out_dir=str(tmp_path / "grown"), max_tokens=5_000, **kw)  # a shorter run first
+    grown = prepare.ensure_data(str(tmp_path / "grown"), "fineweb-edu", "byte", hf=hf, max_tokens=20_000,
                              val_fraction=0.1, seed=3)
     assert [grown[k] for k in counts] == [full[k] for k in counts]
     for s in ("train", "val"):
         files = [(tmp_path / run / f"{s}.bin").read_bytes() for run in ("full", "cut", "grown")]
         assert files[0] == files[1] == files[2]
 
-    everything = data.ensure_data(str(tmp_path / "grown"), "fineweb-edu", "byte", hf=hf, max_tokens=10**9)
+    everything = prepare.ensure_data(str(tmp_path / "grown"), "fineweb-edu", "byte", hf=hf, max_tokens=10**9)
     assert everything["exhausted"] and everything["documents"] == len(texts)
 
 
@@ -328,16 +350,16 @@ def test_parquet_is_told_by_content(tmp_path):
     os.makedirs(tmp_path / "pq")
     write_parquet(tmp_path / "pq" / "part-0.data", id=list(range(10)), text=texts[:10])
     write_parquet(tmp_path / "pq" / "part-1.data", id=list(range(10, 20)), text=texts[10:])
-    meta = data.prepare(f"files:{tmp_path}/pq/*", str(tmp_path / "out"), "byte", val_fraction=0.2)
+    meta = prepare.prepare(f"files:{tmp_path}/pq/*", str(tmp_path / "out"), "byte", val_fraction=0.2)
     assert byte_docs(tmp_path / "out") == sorted(texts)  # the rows' text, not the files' bytes
     assert (meta["format"], meta["n_files"], meta["text_column"]) == ("parquet", 2, "text")
     (tmp_path / "pq" / "notes.txt").write_text("a text file beside them")
     with pytest.raises(ValueError, match=r"matches both parquet files \(2, .*\) and text files \(1, .*only one kind"):
-        data.prepare(f"files:{tmp_path}/pq/*", str(tmp_path / "out"), "byte")
+        prepare.prepare(f"files:{tmp_path}/pq/*", str(tmp_path / "out"), "byte")
     os.makedirs(tmp_path / "bad")
     (tmp_path / "bad" / "x.parquet").write_text("version https://git-lfs.github.com/spec/v1")
     with pytest.raises(ValueError, match="x.parquet is named .parquet but is not a parquet file"):
-        data.prepare(f"files:{tmp_path}/bad/*.parquet", str(tmp_path / "out"), "byte")
+        prepare.prepare(f"files:{tmp_path}/bad/*.parquet", str(tmp_path / "out"), "byte")
 
 
 def test_parquet_text_column(tmp_path, capsys):
@@ -346,17 +368,17 @@ def test_parquet_text_column(tmp_path, capsys):
     source, out = f"files:{tmp_path}/*.parquet", str(tmp_path / "out")
     with pytest.raises(ValueError, match=r"a.parquet: column 'text' is missing \(its columns: id \(int64\), body "
                                          r"\(string\), title \(string\)\): set --text_column"):
-        data.ensure_data(out, source, "byte", val_fraction=0.2)
+        prepare.ensure_data(out, source, "byte", val_fraction=0.2)
     with pytest.raises(ValueError, match=r"a.parquet: column 'id' holds int64, not text"):
-        data.ensure_data(out, source, "byte", val_fraction=0.2, text_column="id")
+        prepare.ensure_data(out, source, "byte", val_fraction=0.2, text_column="id")
     assert not os.path.exists(f"{out}/progress.json")  # found before streaming: nothing to resume or delete
-    data.ensure_data(out, source, "byte", text_column="body", val_fraction=0.2)
+    prepare.ensure_data(out, source, "byte", text_column="body", val_fraction=0.2)
     assert byte_docs(out) == sorted(texts)
-    data.ensure_data(out, source, "byte", text_column="title")
+    prepare.ensure_data(out, source, "byte", text_column="title")
     assert "prepared from column 'body', not 'title'" in capsys.readouterr().out
     assert byte_docs(out) == sorted(f"title {i}" for i in range(20))
     with pytest.raises(ValueError, match=r"no validation text \(0 of 20 documents held out.*raise val_fraction"):
-        data.prepare(source, out, "byte", val_fraction=0.001, text_column="body")
+        prepare.prepare(source, out, "byte", val_fraction=0.001, text_column="body")
 
 # -----------------------------------------------------------------------------
 # the loader
@@ -437,7 +459,7 @@ def prepared_files(tmp_path):
     """A small prepared directory (files: source, byte tokens) and the train.py keys that read it."""
     write_docs(tmp_path / "txt", 8)
     source, out = f"files:{tmp_path}/txt/*.txt", str(tmp_path / "tokens")
-    meta = data.prepare(source, out, "byte", val_fraction=0.25, seed=0)
+    meta = prepare.prepare(source, out, "byte", val_fraction=0.25, seed=0)
     return out, meta, [f"--data_source={source}", "--tokenizer=byte", f"--data_dir={out}"]
 
 

@@ -278,7 +278,8 @@ def test_held_out_text_reads_the_validation_split_text_files_and_parquet(tmp_pat
     plain text files (one document each) and parquet files (a document per row), each capped at max_tokens."""
     import pyarrow as pa
     import pyarrow.parquet as pq
-    from data import TokenData, prepare
+    from data import TokenData
+    from prepare import prepare
     texts = ["first document, plain text.", "the second one\nhas two lines.", "a third, in parquet only."]
     for i, t in enumerate(texts[:2]):
         (tmp_path / f"doc{i}.txt").write_text(t)

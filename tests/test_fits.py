@@ -15,7 +15,7 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 from lab import figures  # noqa: E402
-import plots  # noqa: E402
+import analyze  # noqa: E402  (the slide conventions)
 from lab import fits  # noqa: E402
 from lab import verdicts  # noqa: E402
 from figure_checks import assert_drawn, figure_problems, seed_spread_drawn  # noqa: E402
@@ -498,17 +498,17 @@ def test_fit_cli_writes_figures(tmp_path, capsys, drawn):
 # figures a lecturer puts on a slide (issue 30, part 5), checked on the Matplotlib objects rather than the PNG
 
 def capture(monkeypatch, write=True):
-    """The figures lab/figures.py draws, as (Figure, the numbers of its JSON), laid out as plots.save lays them out
-    (and written, unless write=False). Either way pyplot lets go of them, as plots.save does (a test process that kept
+    """The figures lab/figures.py draws, as (Figure, the numbers of its JSON), laid out as analyze.save lays them out
+    (and written, unless write=False). Either way pyplot lets go of them, as analyze.save does (a test process that kept
     every figure open would warn past twenty); the Figure objects stay whole for the checks."""
     import matplotlib.pyplot as plt
-    drawn, save = [], plots.save
+    drawn, save = [], analyze.save
 
     def keep(fig, numbers, path):
         drawn.append((fig, numbers))
         if write:
             return save(fig, numbers, path)
-        plots.layout(fig)
+        analyze.layout(fig)
         plt.close(fig)
         return []
     monkeypatch.setattr(figures, "save", keep)  # the name lab/figures.py calls
@@ -575,42 +575,42 @@ def record_figures():
 
 
 def test_the_names_on_a_slide():
-    assert plots.flops_name(3e11) == "3×10¹¹ FLOPs" and plots.flops_name(1e12) == "10¹² FLOPs"
-    assert plots.flops_name(4.64e17) == "4.64×10¹⁷ FLOPs"
-    assert plots.group_name(("n_layer", "n_loop"), (4, 2)) == "4 layers, loop count 2"
-    assert plots.group_name(("arch", "n_layer"), ("factorized", 4)) == "factorized, 4 layers"  # a curve per rule
-    assert plots.readable("params_active") == "active parameters N (count)" and plots.readable("hc_r") == "hc r"
+    assert analyze.flops_name(3e11) == "3×10¹¹ FLOPs" and analyze.flops_name(1e12) == "10¹² FLOPs"
+    assert analyze.flops_name(4.64e17) == "4.64×10¹⁷ FLOPs"
+    assert analyze.group_name(("n_layer", "n_loop"), (4, 2)) == "4 layers, loop count 2"
+    assert analyze.group_name(("arch", "n_layer"), ("factorized", 4)) == "factorized, 4 layers"  # a curve per rule
+    assert analyze.readable("params_active") == "active parameters N (count)" and analyze.readable("hc_r") == "hc r"
 
 
 def test_the_figure_check_catches_what_a_slide_may_not_show():
     """A planted bad figure (a bar chart cut at 1.67, a bare field name, 'C=3e+11', long labels on top of each
     other) gives each problem; the same figure done right gives none."""
-    fig, (ax,) = plots.figure(1, width=2.0)
+    fig, (ax,) = analyze.figure(1, width=2.0)
     ax.bar([0, 1, 2], [1.7, 1.8, 1.75], label="C=3e+11")
     ax.legend()
     ax.set(ylim=(1.67, 1.85), ylabel="val_loss", xticks=[0, 1, 2], xticklabels=["a long arm name"] * 3)
     problems = " | ".join(figure_problems(fig))
     for problem in ("without a unit: 'val_loss'", "'C=3e+11'", "without zero", "tick labels overlap"):
         assert problem in problems
-    ax.legend(labels=[plots.flops_name(3e11)])
-    ax.set(ylim=(0, 2), ylabel=plots.readable("val_loss"), xticklabels=["a", "b", "c"])
+    ax.legend(labels=[analyze.flops_name(3e11)])
+    ax.set(ylim=(0, 2), ylabel=analyze.readable("val_loss"), xticklabels=["a", "b", "c"])
     assert figure_problems(fig) == []
 
 
 def test_a_log_axis_within_a_decade_gets_labels_that_do_not_run_into_each_other():
     """Over less than a decade matplotlib labels its minor ticks (3×10⁻³ against 4×10⁻³: the LR curves of
-    Wang et al.'s grid): the check sees them overlap, and plots.layout labels 1, 2 and 5 times each power instead,
+    Wang et al.'s grid): the check sees them overlap, and analyze.layout labels 1, 2 and 5 times each power instead,
     as plain numbers."""
     def lr_axis():
-        fig, (ax,) = plots.figure(1)
+        fig, (ax,) = analyze.figure(1)
         ax.plot([1e-3, 8e-3], [2.0, 1.9])
-        ax.set(xscale="log", xlabel=plots.readable("lr"), ylabel=plots.readable("val_loss"))
+        ax.set(xscale="log", xlabel=analyze.readable("lr"), ylabel=analyze.readable("val_loss"))
         return fig, ax
     fig, ax = lr_axis()
     fig.tight_layout()
     assert any("tick labels overlap" in p for p in figure_problems(fig))
     fig, ax = lr_axis()
-    plots.layout(fig)
+    analyze.layout(fig)
     assert figure_problems(fig) == []
     lo, hi = ax.get_xlim()
     shown = [t.get_text() for t in ax.xaxis.get_ticklabels(which="both")

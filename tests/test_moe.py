@@ -17,6 +17,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import moe  # noqa: E402
 import accounting  # noqa: E402
+import analyze  # noqa: E402  (capacity balancing)
 import scaling  # noqa: E402
 from model import GPT  # noqa: E402
 from model import GPTConfig, MLP, MLA, KVCache  # noqa: E402
@@ -625,7 +626,7 @@ def conditioning_params(config):
 def test_analytic_counts_match_the_modules(kw):
     cfg = small_config(n_layer=3, **kw)
     model = GPT(cfg)
-    report = accounting.capacity_report(cfg)
+    report = analyze.capacity_report(cfg)
     assert report["N"] == count(model)
     assert attention_params(cfg) == count(model.blocks[-1].attn)
     layer = model.blocks[-1].ffn
@@ -647,9 +648,9 @@ def test_capacity_report_counts_every_module(kw):
     """N is everything the model stores, whatever the loop adds between passes (input injection, hyper-connection
     lanes, per-pass norms); tying the embedding changes the storage, not the params a token computes with."""
     cfg = small_config(n_layer=2, n_loop=2, vocab_size=257, **kw)
-    assert accounting.capacity_report(cfg)["N"] == count(GPT(cfg))
+    assert analyze.capacity_report(cfg)["N"] == count(GPT(cfg))
     tied = dataclasses.replace(cfg, tie_embeddings=True)
-    assert accounting.capacity_report(tied)["F"] == accounting.capacity_report(cfg)["F"]
+    assert analyze.capacity_report(tied)["F"] == analyze.capacity_report(cfg)["F"]
 
 # Lee et al. 2026, arXiv:2605.09165, configuration table: d, d_ff, active M, stored Looped-MoE M, stored MoE M
 PAPER_TABLE = [(128, 384, 16, 18, 23), (256, 704, 39, 45, 65), (384, 1024, 67, 81, 124), (512, 1408, 103, 129, 207),
@@ -687,27 +688,27 @@ def ladder_configs():
                   n_expert=16, top_k=4, n_shared_expert=1, moe_d_ff=48, moe_first_dense=1, d_ff=240,
                   vocab_size=257)
     vanilla = GPTConfig(n_layer=6, **common)
-    loop_base = accounting.match_params(GPTConfig(n_prelude=1, n_layer=2, n_loop=2, n_coda=1, **common),
-                                     accounting.capacity_report(vanilla)["N"])
+    loop_base = analyze.match_params(GPTConfig(n_prelude=1, n_layer=2, n_loop=2, n_coda=1, **common),
+                                     analyze.capacity_report(vanilla)["N"])
     return vanilla, loop_base
 
 
 def test_rebalance_restores_rho_at_fixed_flops_and_params():
     vanilla, loop_base = ladder_configs()
-    target = accounting.capacity_report(vanilla)
-    base = accounting.capacity_report(loop_base, unique_experts=7.0)
+    target = analyze.capacity_report(vanilla)
+    base = analyze.capacity_report(loop_base, unique_experts=7.0)
     assert base["F"] == pytest.approx(target["F"], rel=0.02)  # same executed layers and widths (router aside)
     assert abs(base["N"] - target["N"]) < loop_base.n_layer * expert_params(loop_base)  # matched to one expert
     assert base["rho"] < 0.8 * target["rho"]  # re-selected experts inflate A_ffn
-    new = accounting.rebalance(loop_base, target["rho"], unique_experts=7.0, target_params=target["N"], multiple=4)
-    after = accounting.capacity_report(new, unique_experts=7.0)
+    new = analyze.rebalance(loop_base, target["rho"], unique_experts=7.0, target_params=target["N"], multiple=4)
+    after = analyze.capacity_report(new, unique_experts=7.0)
     assert new.kv_lora_rank > loop_base.kv_lora_rank and new.q_lora_rank > loop_base.q_lora_rank
     assert new.moe_d_ff < loop_base.moe_d_ff and new.n_expert > loop_base.n_expert and new.top_k == loop_base.top_k
     assert after["rho"] == pytest.approx(target["rho"], rel=0.1)
     assert after["F"] == pytest.approx(target["F"], rel=0.02)
     assert abs(after["N"] - target["N"]) <= 3 * (expert_params(new) + new.n_embd)
     with pytest.raises(ValueError, match="mla"):
-        accounting.rebalance(GPTConfig(n_expert=4), 1.0, 2.0)
+        analyze.rebalance(GPTConfig(n_expert=4), 1.0, 2.0)
 
 
 @pytest.mark.parametrize("loop_cond,sandwich_norm", [("index", True), ("loopformer", False), ("iteradaln", True),
@@ -724,7 +725,7 @@ def test_conditioning_counts_match_the_modules(loop_cond, sandwich_norm):
     shared = [b for i, b in enumerate(model.blocks) if model.part(i) == "loop"]
     assert cond["modulator"] == count(shared[0].modulator)
     assert cond["embedders"] == sum(count(m) for m in (model.loop_embed, model.step_embed) if m is not None)
-    strict, loose = accounting.capacity_report(cfg), accounting.capacity_report(cfg, count_conditioning=False)
+    strict, loose = analyze.capacity_report(cfg), analyze.capacity_report(cfg, count_conditioning=False)
     assert strict["N"] == loose["N"] == count(model)
     assert strict["F"] == accounting.count_params(model)["params_active"]
     per_token = cfg.n_loop * sum(count(b.modulator) for b in shared) if loop_cond == "iteradaln" else 0
@@ -736,21 +737,21 @@ def test_match_flops_pays_for_iteradaln_and_rebalance_then_lowers_the_ranks():
     (match_flops), which lifts rho above the Vanilla MoE's; rebalance then lowers the MLA ranks and widens the
     experts at fixed F and N until rho is back at the target."""
     vanilla, loop_base = ladder_configs()
-    target = accounting.capacity_report(vanilla)
-    iteradaln = accounting.match_flops(dataclasses.replace(loop_base, loop_cond="iteradaln"), target["F"], target["N"],
+    target = analyze.capacity_report(vanilla)
+    iteradaln = analyze.match_flops(dataclasses.replace(loop_base, loop_cond="iteradaln"), target["F"], target["N"],
                                     multiple=4)
-    report = accounting.capacity_report(iteradaln, unique_experts=7.0)
+    report = analyze.capacity_report(iteradaln, unique_experts=7.0)
     assert iteradaln.moe_d_ff < loop_base.moe_d_ff and iteradaln.n_expert > loop_base.n_expert
     assert report["F"] == pytest.approx(target["F"], rel=0.02) and report["N"] == pytest.approx(target["N"], rel=0.01)
     assert report["rho"] > 1.2 * target["rho"]
-    new = accounting.rebalance(iteradaln, target["rho"], unique_experts=7.0, target_params=target["N"], multiple=4)
-    after = accounting.capacity_report(new, unique_experts=7.0)
+    new = analyze.rebalance(iteradaln, target["rho"], unique_experts=7.0, target_params=target["N"], multiple=4)
+    after = analyze.capacity_report(new, unique_experts=7.0)
     assert new.kv_lora_rank < iteradaln.kv_lora_rank and new.q_lora_rank < iteradaln.q_lora_rank
     assert new.moe_d_ff > iteradaln.moe_d_ff and new.top_k == iteradaln.top_k
     assert after["rho"] == pytest.approx(target["rho"], rel=0.1)
     assert after["F"] == pytest.approx(target["F"], rel=0.02) and after["N"] == pytest.approx(target["N"], rel=0.01)
     with pytest.raises(ValueError, match="match_flops"):
-        accounting.match_flops(iteradaln, target["F"] / 2, target["N"])
+        analyze.match_flops(iteradaln, target["F"] / 2, target["N"])
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -813,21 +814,21 @@ def test_loopmoe_ladder_presets_are_matched(suffix):
     assert [f / flops[0] for f in flops] == pytest.approx([1.0] * 4, abs=0.02)
     assert [n / params[0] for n in params] == pytest.approx([1.0] * 4, abs=0.01)
     # the accounting: capacity_report agrees with the built models and count_params, and matches the rungs
-    target = accounting.capacity_report(vanilla)
+    target = analyze.capacity_report(vanilla)
     for (cfg, _), n in zip(rungs, params):
         with torch.device("meta"):
             counts = accounting.count_params(GPT(cfg))
-        report = accounting.capacity_report(cfg)
+        report = analyze.capacity_report(cfg)
         assert (report["N"], report["F"]) == (n, counts["params_active"])
         assert report["F"] == pytest.approx(target["F"], rel=0.02)
     u = ns["_unique_experts"]
-    assert accounting.capacity_report(loopmoe, u)["rho"] == pytest.approx(target["rho"], rel=0.03)
-    assert accounting.capacity_report(iteradaln, u)["rho"] != pytest.approx(target["rho"], rel=0.1)  # balancing has work
+    assert analyze.capacity_report(loopmoe, u)["rho"] == pytest.approx(target["rho"], rel=0.03)
+    assert analyze.capacity_report(iteradaln, u)["rho"] != pytest.approx(target["rho"], rel=0.1)  # balancing has work
     # the presets are what match_flops and rebalance make (rounded as the presets were)
     multiple = 8 if suffix == "" else 2
     for cfg in (loop_base, iteradaln):
-        assert accounting.match_flops(cfg, target["F"], target["N"], multiple=multiple) == cfg
-    again = accounting.rebalance(iteradaln, target["rho"], u, target_params=target["N"], target_flops=target["F"],
+        assert analyze.match_flops(cfg, target["F"], target["N"], multiple=multiple) == cfg
+    again = analyze.rebalance(iteradaln, target["rho"], u, target_params=target["N"], target_flops=target["F"],
                           multiple=multiple)
     keys = ("n_expert", "moe_d_ff", "q_lora_rank", "kv_lora_rank")
     assert [getattr(again, k) for k in keys] == [getattr(loopmoe, k) for k in keys]
@@ -862,14 +863,14 @@ def test_loose_reading_rungs_of_the_fidelity_sweep_are_matched():
         total, modulators = modulator_flops(cfg)
         assert (total - modulators) / flops == pytest.approx(1.0, abs=0.02)
         assert modulators > 0.3 * flops
-    target, u = accounting.capacity_report(vanilla), ns["_unique_experts"]
+    target, u = analyze.capacity_report(vanilla), ns["_unique_experts"]
     it, lm = rungs["iteradaln_loose"], rungs["loopmoe_loose"]
-    fitted = accounting.match_flops(dataclasses.replace(base, loop_cond="iteradaln"), target["F"], target["N"],
+    fitted = analyze.match_flops(dataclasses.replace(base, loop_cond="iteradaln"), target["F"], target["N"],
                                  count_conditioning=False, multiple=2)
     assert fitted == it
-    assert accounting.rebalance(it, target["rho"], u, target_params=target["N"], target_flops=target["F"],
+    assert analyze.rebalance(it, target["rho"], u, target_params=target["N"], target_flops=target["F"],
                              count_conditioning=False, multiple=2) == lm
-    assert accounting.capacity_report(lm, u, count_conditioning=False)["rho"] == pytest.approx(target["rho"], rel=0.03)
+    assert analyze.capacity_report(lm, u, count_conditioning=False)["rho"] == pytest.approx(target["rho"], rel=0.03)
 
 
 @pytest.mark.parametrize("name", ["sparse_moe_cpu", "sparse_looped_moe_cpu"])
@@ -877,7 +878,7 @@ def test_sparse_cpu_presets_match_active_params(name):
     cfg, _ = load_preset(name)
     dense, _ = load_preset("sparse_moe_cpu")
     assert cfg.n_layer * cfg.n_loop == 4 and cfg.n_expert == 8 and cfg.top_k == 2
-    assert accounting.capacity_report(cfg)["F"] == accounting.capacity_report(dense)["F"]
+    assert analyze.capacity_report(cfg)["F"] == analyze.capacity_report(dense)["F"]
 
 
 def test_records_carry_the_loop_index_of_a_looped_model():

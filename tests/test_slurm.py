@@ -199,7 +199,7 @@ def test_a_slurm_sweep_with_a_preempted_point_ends_with_the_local_sweeps_rows(tm
     """Two points through the launcher's code path on submitit's local executor, one preempted after its first log
     line (USR2, submitit's default) and requeued: the merged rows equal a local sweep's in all fields but times and
     git_rev, and a rerun submits nothing."""
-    import data
+    import prepare
     monkeypatch.chdir(ROOT)
     corpus = tmp_path / "corpus"
     corpus.mkdir()
@@ -207,7 +207,7 @@ def test_a_slurm_sweep_with_a_preempted_point_ends_with_the_local_sweeps_rows(tm
     for i in range(8):
         (corpus / f"doc{i}.txt").write_text(text[i * 3000:(i + 1) * 3000 + 20000])
     source, tokens = f"files:{corpus}/*.txt", str(tmp_path / "tokens")
-    data.ensure_data(tokens, source, "byte")  # prepared once, before two runs at once read it
+    prepare.ensure_data(tokens, source, "byte")  # prepared once, before two runs at once read it
     spec = tiny_spec(tmp_path, sample_tokens=0, eval_tokens=512, log_interval=1, max_iters=80, eval_interval=40,
                      data_source=source, data_dir=tokens)  # (the preemption lands at step 0 or 1 of 80)
     spec["runner"] = [sys.executable, "tests/train_without_mfu_timing.py"]  # train.py less MFU's matmul timing
