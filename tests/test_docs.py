@@ -227,6 +227,24 @@ def test_every_markdown_file_a_module_docstring_names_exists():
 COURSE = open(os.path.join(REPO, "COURSE.md")).read()
 
 
+def heading_anchor(heading):
+    """The anchor GitHub gives a Markdown heading: lower case, punctuation but hyphens dropped, spaces as hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_every_link_to_a_heading_finds_it():
+    """The course's table of contents (lecture 5 in four parts) and the README's links within a file land on a
+    heading of that file; a renamed heading fails here, not in a reader's browser."""
+    assert heading_anchor("Lecture 5a: LoopMoE's sandwich loop and IterAdaLN") == \
+        "lecture-5a-loopmoes-sandwich-loop-and-iteradaln"
+    for name in ("COURSE.md", "README.md"):
+        text = open(os.path.join(REPO, name)).read()
+        anchors = {heading_anchor(h) for h in re.findall(r"^#+ (.+)$", text, flags=re.M)}
+        links = re.findall(r"\]\(#([^)]+)\)", text)
+        assert links or name == "README.md"
+        assert not [a for a in links if a not in anchors], (name, [a for a in links if a not in anchors])
+
+
 def test_every_cited_function_and_test_exists():
     cited = set(re.findall(r"`((?:lab/|hf/|tools/)?[a-z_0-9]+)\.py:([A-Za-z_][\w.]*)`", COURSE))
     assert len(cited) >= 30
@@ -531,8 +549,10 @@ def test_every_tolerance_is_measured_from_runs_that_reproduce_the_course():
     prints; and each of those lectures points the student to the file."""
     study = json.load(open(os.path.join(REPO, "course", "tolerances.json")))
     assert sorted(study, key=lambda k: int(k.split("_")[1])) == [f"lecture_{n}" for n in (1, 2, 3, 4, 5, 7, 8, 9, 10)]
-    lectures = re.split(r"^## Lecture (\d+):", COURSE, flags=re.M)
-    text = {int(n): body for n, body in zip(lectures[1::2], lectures[2::2])}
+    lectures = re.split(r"^## Lecture (\d+)[a-d]?:", COURSE, flags=re.M)  # lecture 5's parts 5a-5d are one text
+    text = {}
+    for n, body in zip(lectures[1::2], lectures[2::2]):
+        text[int(n)] = text.get(int(n), "") + body
     for name, entry in study.items():
         n = int(name.split("_")[1])
         assert "course/tolerances.json" in text[n], f"lecture {n} does not point to its tolerances"

@@ -1,4 +1,4 @@
-"""Self-check of COURSE.md's Lecture 5 exercise: bias balancing with a step proportional to the load error.
+"""Self-check of COURSE.md's Lecture 5c exercise: bias balancing with a step proportional to the load error.
 
 The exercise: in moe.py:update_biases, move each expert's bias by gamma * (mean load - load) / mean load instead of
 gamma * sign(mean load - load), then centre the biases as before. This script builds a one-layer MoE model, sets its
