@@ -233,16 +233,25 @@ def heading_anchor(heading):
 
 
 def test_every_link_to_a_heading_finds_it():
-    """The course's table of contents (lecture 5 in four parts) and the README's links within a file land on a
-    heading of that file; a renamed heading fails here, not in a reader's browser."""
+    """The course's table of contents (lecture 5 in four parts), the README's links within a file and every
+    `file.md#heading` link of the docs, the records and the course land on a heading of their file; a renamed
+    heading fails here, not in a reader's browser."""
     assert heading_anchor("Lecture 5a: LoopMoE's sandwich loop and IterAdaLN") == \
         "lecture-5a-loopmoes-sandwich-loop-and-iteradaln"
-    for name in ("COURSE.md", "README.md"):
-        text = open(os.path.join(REPO, name)).read()
-        anchors = {heading_anchor(h) for h in re.findall(r"^#+ (.+)$", text, flags=re.M)}
-        links = re.findall(r"\]\(#([^)]+)\)", text)
-        assert links or name == "README.md"
-        assert not [a for a in links if a not in anchors], (name, [a for a in links if a not in anchors])
+
+    def anchors(path):
+        return {heading_anchor(h) for h in re.findall(r"^#+ (.+)$", open(path).read(), flags=re.M)}
+    docs = [os.path.join(REPO, n) for n in ("COURSE.md", "README.md")] + glob.glob(
+        os.path.join(REPO, "records", "*.md")) + glob.glob(os.path.join(REPO, "course", "**", "*.md"), recursive=True)
+    broken, linked = [], 0
+    for path in docs:
+        text = open(path).read()
+        for target, anchor in re.findall(r"\]\(([^)#\s]*)#([^)]+)\)", text):
+            linked += 1
+            file = os.path.normpath(os.path.join(os.path.dirname(path), target)) if target else path
+            if not os.path.exists(file) or anchor not in anchors(file):
+                broken.append((os.path.relpath(path, REPO), target, anchor))
+    assert linked > 20 and not broken, broken
 
 
 def test_every_cited_function_and_test_exists():
