@@ -20,6 +20,9 @@ coordcheck build and train their own models from initialisation (the section on 
 
 One code path: hidden states come from the model's own depth walk (model.states -> (Label, h) per effective
 layer, model.readout for the logit lens) and routing from moe.record_routing; nothing here re-implements a forward.
+Two things beside the analyses live here too: the slide conventions every figure of the project shares (readable
+names, log ticks, a PNG beside its JSON), and LoopMoE's capacity balancing (Chen et al. §3.4: capacity_report,
+match_flops, rebalance), which the configs of its ladder were designed with and active_params reads.
 """
 import dataclasses
 import json
