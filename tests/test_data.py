@@ -1,4 +1,5 @@
-"""Tests of data.py and prepare.py: tokenizers, preparing (files, offline, streams), the loader's determinism, the validation set."""
+"""Tests of data.py and prepare.py: tokenizers, preparing (files, offline, streams), the loader's determinism, the
+validation set."""
 import hashlib
 import importlib.util
 import json

@@ -218,15 +218,16 @@ try:
     runpy.run_path("train.py", run_name="__main__")
 finally:
     root = os.getcwd() + os.sep
-    files = sorted({m.__file__ for m in list(sys.modules.values()) if (getattr(m, "__file__", None) or "").startswith(root)})
+    files = sorted({m.__file__ for m in list(sys.modules.values())
+                    if (getattr(m, "__file__", None) or "").startswith(root)})
     print(json.dumps([os.path.relpath(f, root) for f in files]))
 """
 
 
 def test_a_training_run_loads_at_most_4500_lines_of_the_project(data_dir, tmp_path):
     """`python train.py` loads the reading path and what runs it (train, model, loop, moe, optim, data and the
-    modules they name), at most MOST_TRAINING_LINES lines: nothing of the lab, the analyses, the scaling command line or the data
-    preparation, which train.py runs as a script of its own (prepare.py) when a run's data are missing."""
+    modules they name), at most MOST_TRAINING_LINES lines: nothing of the lab, the analyses, the scaling command line
+    or the data preparation, which train.py runs as a script of its own (prepare.py) when a run's data are missing."""
     import json
     import subprocess
     import sys
