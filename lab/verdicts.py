@@ -210,14 +210,17 @@ def representation_evolution(path, model, reference):
     return {k: a[k] - b[k] for k in a}
 
 
-def _family(per_seed, margin=None, looks=None):
+def _family(per_seed, margin=None, looks=None, margins=None):
     """The tests of one finding's comparisons, each a list of per-seed differences: the t-test (and TOST with a
     margin) of each, Holm over the family. looks: {name: K} for a comparison whose seeds were added after looking
-    (records/README.md, rule 5): its p times K enters Holm."""
-    looks = looks or {}
-    out = {name: dict(per_seed=d, **(tost(d, margin, alpha=0.05 / looks.get(name, 1)) if margin is not None else
-                                     paired_t_test(d)))  # TOST after K looks: each side at 0.05 / K (rule 5)
-           for name, d in per_seed.items()}
+    (records/README.md, rule 5): its p times K enters Holm. margins: {name: δ}, a comparison's own margin (rule 10's
+    δ differs by comparison), before the family's."""
+    looks, margins = looks or {}, margins or {}
+    out = {}
+    for name, d in per_seed.items():
+        m = margins.get(name, margin)  # TOST after K looks: each side at 0.05 / K (rule 5)
+        out[name] = dict(per_seed=d, **(tost(d, m, alpha=0.05 / looks.get(name, 1)) if m is not None else
+                                        paired_t_test(d)))
     for name, k in looks.items():
         if k > 1:
             out[name].update(looks=k, threshold=sequential_alpha(k), p_times_looks=min(1.0, out[name]["p"] * k))
@@ -411,29 +414,33 @@ def main_family(argv, opts):
     """python -m lab.fits family NAME=D1,D2,... ...: the comparisons of one finding, each given as its per-seed numbers
     (each a number a committed fit command printed, or read from a committed JSON: seed_number), tested as one family
     and written with the command that gave them and the JSONs it read. NAME@K=... : that comparison is a sequential
-    design with K looks (its p times K enters Holm; --looks=K: all)."""
-    per_seed, looks, inputs = {}, {}, []
+    design with K looks (its p times K enters Holm; --looks=K: all); NAME±D=... (or NAME@K±D=): its TOST within ±D,
+    its own margin (--margin=D: every comparison's)."""
+    per_seed, looks, margins, inputs = {}, {}, {}, []
     for a in argv[1:]:
         if a.startswith("--"):
             continue
         key, eq, values = a.partition("=")
+        key, pm, own = key.partition("±")
         name, at, k = key.partition("@")
         try:
             numbers = [seed_number(v, inputs) for v in re.split(r",(?! )", values)]  # ", " belongs to a key
             # an item naming a list gives its seeds in order (an analysis that ran several), a number one seed
             per_seed[name] = [x for n in numbers for x in (n if isinstance(n, list) else [n])]
             looks[name] = int(k) if at else opts.get("looks", 1)
+            if pm:
+                margins[name] = float(own)
         except ValueError:
             per_seed[name] = []
-        if not eq or not name or len(per_seed[name]) < 2 or looks.get(name, 0) < 1:
-            raise ConfigError(f"fits.py family: {a!r} is not NAME=D1,D2,... or NAME@LOOKS=D1,D2,...: give each "
-                              "comparison's per-seed numbers (each a number, FILE:PATH in a JSON, or a sum of "
+        if not eq or not name or len(per_seed[name]) < 2 or looks.get(name, 0) < 1 or margins.get(name, 1) <= 0:
+            raise ConfigError(f"fits.py family: {a!r} is not NAME=D1,D2,... or NAME@LOOKS±MARGIN=D1,D2,...: give "
+                              "each comparison's per-seed numbers (each a number, FILE:PATH in a JSON, or a sum of "
                               "them; a PATH may name a list, one number per seed), two seeds or more")
     prov = provenance(sorted(set(inputs)), ["python", "-m", "lab.fits"] + list(argv))  # before anything is written
-    out = _family(per_seed, opts.get("margin"), looks)
-    for r in out.values():
+    out = _family(per_seed, opts.get("margin"), looks, margins)
+    for name, r in out.items():
         r["sd"] = float(np.std(r["per_seed"], ddof=1))  # the seeds' spread, beside the mean's standard error
-        if "margin" not in opts:
+        if "margin" not in opts and name not in margins:  # a t-test's verdict (TOST says its own)
             r["verdict"] = "inconclusive" if r["holm_p"] >= 0.05 else "lower" if r["mean"] < 0 else "higher"
     if opts.get("out"):
         write_result(opts["out"], out, prov)

@@ -819,9 +819,18 @@ def test_family_tests_typed_per_seed_numbers_with_their_looks(tmp_path):
     # the seeds' standard deviation, by hand: 1, 2, 3 spread by 1; b's squared deviations from -0.2125 sum to 0.021875
     assert res["a"]["sd"] == pytest.approx(1.0) and res["b"]["sd"] == pytest.approx(math.sqrt(0.021875 / 3))
     assert json.loads(out.read_text())["provenance"]["command"].startswith("python -m lab.fits family a@3=1,2,3 ")
-    for bad in ("a=1", "a@0=1,2", "=1,2", "a=x,y", "a@k=1,2"):
+    for bad in ("a=1", "a@0=1,2", "=1,2", "a=x,y", "a@k=1,2", "a±x=1,2", "a@2±0=1,2"):
         with pytest.raises(SystemExit, match="NAME=D1,D2"):
             verdicts.main_test(["family", bad])
+    # NAME±D (rule 10's δ, one per comparison): that comparison's TOST within ±D, after its looks, into Holm with
+    # the others' t-tests; by hand from tost and paired_t_test
+    res = verdicts.main_test(["family", "a@2±0.5=0.1,0.0,-0.1,0.05", "b=-0.1,-0.3,-0.2,-0.25"])
+    ta = verdicts.tost([0.1, 0.0, -0.1, 0.05], 0.5, alpha=0.025)
+    assert res["a"]["margin"] == 0.5 and res["a"]["verdict"] == ta["verdict"] == "equivalent"
+    assert res["a"]["interval"] == pytest.approx(ta["interval"]) and res["b"]["verdict"] in ("lower", "inconclusive")
+    assert [res["a"]["holm_p"], res["b"]["holm_p"]] == pytest.approx(verdicts.holm([min(1, 2 * ta["p"]), pb]))
+    assert verdicts.main_test(["family", "a±0.5=0.1,0.0,-0.1,0.05"])["a"]["interval"] == pytest.approx(
+        verdicts.tost([0.1, 0.0, -0.1, 0.05], 0.5)["interval"])
 
 
 def test_family_reads_each_seeds_number_from_committed_jsons(tmp_path):
