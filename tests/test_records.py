@@ -442,10 +442,19 @@ def directory_numbers(directory):
     """The numbers of a record directory's JSON and JSON-lines files (its subdirectories' too: per-seed fits), and
     of records/code_replay.json (the retrainings every record's code-of-the-rows section cites) and records/plan.json
     (the campaign's plan, which every rule-11 re-judgement cites), each as text at 0-6 decimals."""
-    shown = set()
-    shared = [os.path.join(ROOT, "records", name) for name in ("code_replay.json", "plan.json")]
     mine = glob.glob(os.path.join(directory, "**", "*.json*"), recursive=True)
-    for path in [p for p in mine if p.endswith((".json", ".jsonl"))] + shared:
+    return numbers_shown(tuple(p for p in mine if p.endswith((".json", ".jsonl"))) + SHARED)
+
+
+SHARED = tuple(os.path.join(ROOT, "records", name) for name in ("code_replay.json", "plan.json"))
+
+
+@functools.lru_cache(maxsize=None)
+def numbers_shown(paths):
+    """The numbers of these JSON and JSON-lines files as a record may print them: at 0-6 decimals, a fraction in
+    percent, thousands, millions and billions as 2.38k / M / B."""
+    shown = set()
+    for path in paths:
         with open(path) as f:
             docs = [json.load(f)] if path.endswith(".json") else [json.loads(line) for line in f if line.strip()]
         for v in json_numbers(docs):
@@ -640,3 +649,315 @@ def test_a_sharded_checkpoint_directory_hashes_its_files_names_and_bytes(tmp_pat
     assert tree(tmp_path / "b", [("sub/.metadata", b"2"), ("x.distcp", b"1")]) == base
     assert tree(tmp_path / "c", [("x.distcp", b"3"), ("sub/.metadata", b"2")]) != base
     assert tree(tmp_path / "d", [("y.distcp", b"1"), ("sub/.metadata", b"2")]) != base
+
+
+# ---- verdict lines (issue 48): each verdict word tied to the verdict its JSON computes, each statistic to its field
+# A verdict line is a row of a record's summary table (its first table), a "**Re-judged" paragraph, or a row of the
+# README's reproduction table (checked above against the records' words). Every bold verdict phrase of a summary
+# row, and the last of a Re-judged paragraph (the verdict after), carries a mark right after it,
+# `**word**<!-- verdict: REF ... | SUBJECT -->`, whose REFs compute its word together (the word they share, else
+# inconclusive):
+#   FILE#KEY:SIGN   a family entry of a JSON of the record's directory (KEY.* : every entry under KEY), judged by
+#                   lab.campaign.verdict_word with the paper's sign (higher, lower, zero; value: a paper's number);
+#   plan:ID         rule 11: records/plan.json's plan for listed finding ID puts it beyond the campaign's budget;
+#   test:PATH::NAME a count or a simulation a test asserts (Table 6's accounting, Theorem 1's draws).
+# SUBJECT, when given, is what the verdict is about, … standing for the bold phrase ("… for Looped-MoE",
+# "Loop Base …"): the prose must say exactly that, so a verdict cannot silently grow a subject. A summary row's
+# numbers must be values of the JSONs its marks cite (a `<!-- from: FILE ... -->` mark cites more), and a labelled
+# statistic (p, Holm, t, a 90% or 95% interval) anywhere in a record must be that field of a JSON its clause, row or
+# section cites: the entries a clause's marks name, else the row's JSONs, else every JSON its section names.
+
+VERDICT_MARK = re.compile(r"\*\*([^*]+)\*\*<!-- verdict: ([^>|]*?)(?: \| ([^>]*?))? -->")
+FROM_MARK = re.compile(r"<!-- from: ([^>]*?) -->")
+STAT_NUMBER = r"([-−+]?\d+(?:\.\d+)?)"
+MORE = r"(?:[-–]" + STAT_NUMBER + r"| and " + STAT_NUMBER + r")?"  # a range or a second: 0.03-0.04, 0.02 and 0.04
+STATISTICS = {  # label: (its pattern in prose, the JSON fields it may be)
+    "p": (re.compile(r"(?<![\w.-])(?<!Holm )(?<!Holm-adjusted )p\s*(?:=|≈)?\s*\**" + STAT_NUMBER + MORE
+                     + r"(?![\d%])"),
+          ("p", "p_outside")),
+    "Holm": (re.compile(r"Holm(?:-adjusted)?(?: p)?(?: over [\w' ]+?(?::| it is))?(?: =|:)? \**" + STAT_NUMBER
+                        + MORE + r"(?![\d%×])"), ("holm_p",)),
+    "t": (re.compile(r"(?<![\w.-])t = " + STAT_NUMBER + r"(?![\d%])"), ("t",)),
+    "regret": (re.compile(r"\bregret\b[^;()|]{0,40}?(?<=[\s:*])" + STAT_NUMBER + MORE + r"(?![\d%])"), ("regret",)),
+}
+INTERVAL = re.compile(r"interval \**\[" + STAT_NUMBER + r", " + STAT_NUMBER + r"\](%?)")
+JSON_NAME = re.compile(r"[\w/.-]+\.json\b")
+
+
+@functools.lru_cache(maxsize=None)
+def json_of(path):
+    return json.loads(read(path))
+
+
+def cited_path(directory, name):
+    """A JSON a mark or a sentence names: records/x/y.json, or y.json (or sub/y.json) of the record's directory."""
+    for path in (os.path.join(ROOT, name), os.path.join(directory, name), os.path.join(ROOT, "records", name)):
+        if os.path.isfile(path):
+            return path
+    return None
+
+
+def fields(doc, out=None):
+    """{field: [every number under that key]}, and "[]" for every list of two numbers (an interval)."""
+    out = {} if out is None else out
+    if isinstance(doc, dict):
+        for k, v in doc.items():
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
+                out.setdefault(k, []).append(v)
+            fields(v, out)
+    elif isinstance(doc, list):
+        if len(doc) == 2 and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in doc):
+            out.setdefault("[]", []).append(tuple(doc))
+        for v in doc:
+            fields(v, out)
+    return out
+
+
+def printed_as(value, text, percent=False):
+    """Whether `text` (a number as a record prints it) is value at text's precision (× 100 where percent)."""
+    text = text.replace("−", "-")
+    places = len(text.split(".")[1]) if "." in text else 0
+    if percent and not printed_as(value, text):  # a fraction printed in percent (or a JSON in percent already)
+        value = 100 * value
+    return abs(value - float(text)) <= 0.5 * 10 ** -places * (1 + 1e-9) and (text.startswith("-") == (value < 0)
+                                                                             or float(text) == 0)
+
+
+def mark_refs(refs, directory):
+    """[(ref, the verdict word it computes, the JSON entry or file its statistics come from)] for a mark's refs
+    (the module comment above); a ValueError says which ref names nothing."""
+    from lab.campaign import undecidable, verdict_word
+    plans = {p["id"]: p for p in json_of(os.path.join(ROOT, "records", "plan.json"))["plans"]}
+    out = []
+    for ref in refs.split():
+        kind, _, what = ref.partition(":")
+        if kind == "plan":
+            if what not in plans:
+                raise ValueError(f"{ref}: records/plan.json plans no finding {what}")
+            family = family_of(what)
+            word = "undecidable at this scale" if undecidable(plans[what]) else "not undecidable"
+            out.append((ref, word, json_of(os.path.join(ROOT, family)) if family else {}))
+        elif kind == "test":
+            path, _, name = what.partition("::")
+            if not re.search(rf"^def {re.escape(name)}\(", read(os.path.join(ROOT, path)), re.M):
+                raise ValueError(f"{ref}: no test {name} in {path}")
+            out.append((ref, "reproduced", {}))
+        else:
+            name, _, rest = ref.partition("#")
+            key, _, sign = rest.rpartition(":")
+            path = cited_path(directory, name)
+            if path is None or sign not in ("higher", "lower", "zero", "value"):
+                raise ValueError(f"{ref}: not FILE#KEY:SIGN of a JSON in the record's directory")
+            parent, _, last = key.rpartition(".")
+            if last == "*":  # every entry under the key (a family's comparisons)
+                entries = [e for e in records.lookup(json_of(path), parent or ".").values()
+                           if isinstance(e, dict) and "holm_p" in e]
+            else:
+                entries = [records.lookup(json_of(path), key)]
+            out += [(ref, verdict_word(e, sign), e) for e in entries]
+    return out
+
+
+def family_of(finding):
+    """The family JSON (from the repository's root) of a listed finding of records/campaign/findings.json."""
+    from lab.campaign import load_findings
+    found = [f["family"] for f in load_findings(os.path.join(ROOT, "records", "campaign", "findings.json"))
+             if f["id"] == finding]
+    return found[0] if found else ""
+
+
+def cited_file(ref):
+    """The JSON a mark's ref reads its numbers from: FILE of FILE#KEY:SIGN, a plan's finding's family file."""
+    kind, _, what = ref.partition(":")
+    return family_of(what) if kind == "plan" else "" if kind == "test" else ref.partition("#")[0]
+
+
+def verdict_of_mark(refs, directory):
+    """The verdict word a mark's refs compute together: the word they share, else inconclusive (a verdict that
+    reads several comparisons needs every one of them: records/README.md rule 4)."""
+    words = {word for _, word, _ in mark_refs(refs, directory)}
+    if "not undecidable" in words:
+        raise ValueError(f"{refs}: records/plan.json does not put its finding beyond the campaign's budget")
+    return words.pop() if len(words) == 1 else "inconclusive"
+
+
+SUBJECT_END = re.compile(r"($|[ ]?[(;:).|])")  # what may follow a subject: it ends there
+
+
+def verdict_mark_errors(line, directory):
+    """What is wrong with a line's verdict marks: a word other than its refs compute, a subject the prose extends."""
+    from lab.campaign import VERDICT
+    errors = []
+    for m in VERDICT_MARK.finditer(line):
+        phrase, refs, subject = m.groups()
+        said = VERDICT.search(phrase)
+        try:
+            computed = verdict_of_mark(refs, directory)
+        except ValueError as e:
+            errors.append(str(e))
+            continue
+        if not said or said.group(1) != computed:
+            errors.append(f"**{phrase}**: its refs compute {computed!r}")
+        if subject and subject.startswith("…"):
+            after = line[m.end():]
+            wanted = subject[1:]
+            if not (after.startswith(wanted) and SUBJECT_END.match(after, len(wanted))):
+                errors.append(f"**{phrase}**: the prose after it is not {wanted!r} alone: {after[:60]!r}")
+        elif subject and subject.endswith("…"):
+            before = line[:m.start()]
+            wanted = subject[:-1]
+            if not (before.endswith(wanted) and re.search(r"(^|\| |; |, |\(|: |\. )$", before[:-len(wanted)])):
+                errors.append(f"**{phrase}**: the prose before it is not {wanted!r} alone: {before[-60:]!r}")
+    return errors
+
+
+def clauses(line):
+    """A line cut at its table cells and at "; " outside parentheses: a verdict and the reasons beside it."""
+    out, depth, start = [], 0, 0
+    for i, ch in enumerate(line):
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        if depth <= 0 and (line.startswith("; ", i) or line.startswith(" | ", i)):
+            out.append(line[start:i])
+            start, depth = i + 2, 0
+    return out + [line[start:]]
+
+
+def cited_fields(names, directory):
+    out = {}
+    for name in names:
+        path = cited_path(directory, name)
+        if path:
+            fields(json_of(path), out)
+    return out
+
+
+def statistic_errors(line, known):
+    """Each labelled statistic of a line (p, Holm, t, an interval) that is not its field in `known` (fields())."""
+    errors = []
+    for label, (pattern, keys) in STATISTICS.items():
+        for m in pattern.finditer(line):
+            for text in filter(None, m.groups()):
+                if not any(printed_as(v, text) for k in keys for v in known.get(k, [])):
+                    errors.append(f"{label} {text}")
+    for m in INTERVAL.finditer(line):
+        lo, hi, percent = m.groups()
+        pairs = known.get("[]", [])
+        if not any(printed_as(a, lo, bool(percent)) and printed_as(b, hi, bool(percent)) for a, b in pairs):
+            errors.append(f"interval [{lo}, {hi}]{percent}")
+    return errors
+
+
+def clause_statistic_errors(line, directory, known):
+    """statistic_errors clause by clause: a clause with verdict marks against the entries its marks cite (the family
+    file of a plan's finding), any other against `known`."""
+    errors, exempt = [], {n for _, numbers in MARK.findall(line) for n in numbers.split()} | {
+        r.lstrip("+-") for r, _ in DERIVED.findall(line)}
+    for clause in clauses(DERIVED.sub("", MARK.sub("", line))):
+        marks = list(VERDICT_MARK.finditer(clause))
+        if not marks:
+            errors += statistic_errors(clause, known)
+            continue
+        mine = {}
+        for m in marks:
+            try:
+                for _, _, entry in mark_refs(m.group(2), directory):
+                    fields(entry, mine)
+            except ValueError:
+                pass  # verdict_mark_errors says so
+        errors += statistic_errors(clause, mine)
+    return [e for e in errors if e.split()[-1].lstrip("+-−") not in exempt]
+
+
+def verdict_line_errors(text, directory):
+    """(line number, what) for every verdict mark, labelled statistic and summary-row number of a record's text that
+    is not what its JSONs say (the module comment above)."""
+    from lab.campaign import VERDICT as verdict
+    errors, table_done, in_table, header = [], False, False, ""
+    text = records.BLOCK.sub(lambda m: "\n" * m.group(0).count("\n"), text)
+    sections = re.split(r"\n(?=#|\*\*Re-judged)", text)
+    number = 1
+    for section in sections:
+        names = set(JSON_NAME.findall(section))
+        known = cited_fields(names, directory)
+        for i, line in enumerate(section.splitlines(), number):
+            if line.startswith("    "):
+                continue
+            summary_row = line.startswith("|") and not table_done and in_table and not line.startswith("|---")
+            if line.startswith("|") and not in_table:
+                in_table, header = True, line
+            if in_table and not line.startswith("|"):
+                table_done = True
+            errors += [(i, e) for e in verdict_mark_errors(line, directory)]
+            if summary_row:
+                marked = {m.start() for m in VERDICT_MARK.finditer(line)}
+                bare = [m.group(1) for m in re.finditer(r"\*\*([^*]+)\*\*", line)
+                        if verdict.search(m.group(1)) and m.start() not in marked]
+                errors += [(i, f"**{b}** has no verdict mark") for b in bare]
+                cites = [cited_file(r) for m in VERDICT_MARK.finditer(line) for r in m.group(2).split()]
+                cites += [n for m in FROM_MARK.finditer(line) for n in m.group(1).split()]
+                errors += [(i, e) for e in clause_statistic_errors(line, directory, cited_fields(cites, directory))]
+                paths = tuple(sorted({p for p in (cited_path(directory, n) for n in cites) if p}))
+                errors += [(i, f"{n} is in no JSON this row cites")
+                           for _, n in unsourced(header + "\n" + line + "\n", numbers_shown(paths))]
+            else:
+                errors += [(i, e) for e in clause_statistic_errors(line, directory, known)]
+        number += section.count("\n") + 1
+    for m in re.finditer(r"^\*\*Re-judged.*?(?=\n\n|\Z)", text, re.M | re.S):  # its last verdict is the one after
+        said = [b for b in re.finditer(r"\*\*([^*]+)\*\*", m.group(0)) if verdict.search(b.group(1))]
+        if said and not m.group(0).startswith("<!-- verdict: ", said[-1].end()):
+            line = text[:m.start()].count("\n") + 1
+            errors.append((line, f"re-judged to **{said[-1].group(1)}** with no verdict mark"))
+    return errors
+
+
+def test_the_committed_theorem1_draws_lie_inside_the_margin():
+    """Wang et al.'s Theorem 1 (arXiv:2606.18524) predicts the residual norm of a shared ReLU MLP after N steps;
+    records/wang2026.md judges it reproduced as an equivalence with the ±15% margin tests/test_analyze.py's test of
+    the prediction fixed before any run: at α = 1, where the theorem is tight, every committed draw
+    (records/wang2026/theorem1.json, its min and max over the draws at each N, shared and not) lies inside it."""
+    result = json_of(os.path.join(ROOT, "records", "wang2026", "theorem1.json"))["result"]
+    points = result["shared_alpha1"] + result["nonshared_alpha1"]
+    assert len(points) >= 12
+    for p in points:
+        assert abs(p["min"] / p["predicted"] - 1) < 0.15 and abs(p["max"] / p["predicted"] - 1) < 0.15, p
+
+
+@pytest.mark.parametrize("record", [os.path.basename(r) for r in RECORDS])
+def test_every_verdict_line_says_what_its_jsons_say(record):
+    """Each bold verdict of a summary row is the word its marked JSON entries compute, about the subject its mark
+    names; each labelled statistic (p, Holm, t, an interval) is its field in a JSON its row or section cites; each
+    number of a summary row is in a JSON the row cites (the comment above verdict lines)."""
+    path = os.path.join(ROOT, "records", record)
+    bad = verdict_line_errors(read(path), path.removesuffix(".md"))
+    assert not bad, f"records/{record} (line, what): {bad}"
+
+
+PLANTED = [  # (record, text in it, planted in its place): issue 48's five mutations, and three more kinds
+    ("lee2026.md", "paired t = 2.47, p = 0.13 on 2", "paired t = 2.47, p = 0.01 on 2"),
+    ("lee2026.md", "paired t = 2.47, p = 0.13 on 2", "paired t = 2.47, p = 0.049 on 2"),
+    ("lee2026.md", "a one-sample t-test gives p = 0.13 with", "a one-sample t-test gives p = 0.049 with"),
+    ("schwethelm2026.md", "without the looks, φ above 0 has p = 0.158", "without the looks, φ above 0 has p = 0.018"),
+    ("schwethelm2026.md", "(φ above 0 p = 0.158,", "(φ above 0 p = 0.018,"),
+    ("chen2026.md", "Holm-adjusted over the 15 it is **0.44**", "Holm-adjusted over the 15 it is **0.014**"),
+    ("jeddi2026.md", "**90% interval [−3.06, +3.23]%**", "**90% interval [−2.06, +2.23]%**"),
+    ("jeddi2026.md", "(90% interval [−3.06, +3.23]% not", "(90% interval [−2.06, +2.23]% not"),
+    ("lee2026.md", "--> for Looped-MoE (Holm 0.047", "--> for Looped-MoE and Looped (Holm 0.047"),
+    ("lee2026.md", "Holm over 8): **undecidable at this scale**<!--", "Holm over 8): **inconclusive**<!--"),  # a word
+    ("wang2026.md", "1/√N ≫ 1/N **reproduced**<!-- verdict: ", "1/√N ≫ 1/N **reproduced** <!-- "),  # no mark
+    ("chen2026.md", "IterAdaLN **inconclusive**<!--", "IterAdaLN and LoopMoE **inconclusive**<!--"),  # a subject before
+    # the two stale lines issue 48 found, as they stood
+    ("chen2026.md", "stand as judged (Loop Base **inconclusive**<!--", "stand as judged (Loop Base **not reproduced**<!--"),
+    ("wang2026.md", "read the regret, 0.0016 nats for seed 1337 alone", "read the regret, 0.0005 nats for seed 1337 alone"),
+]
+
+
+@pytest.mark.parametrize("record, text, planted", PLANTED)
+def test_a_planted_wrong_number_or_word_fails_its_verdict_line(record, text, planted):
+    """Issue 48's mutations passed the decimal check (each number occurs somewhere in the record's directory); each
+    fails here, and the record's text fails nowhere else."""
+    path = os.path.join(ROOT, "records", record)
+    original = read(path)
+    assert original.count(text) == 1, text
+    before = verdict_line_errors(original, path.removesuffix(".md"))
+    after = verdict_line_errors(original.replace(text, planted), path.removesuffix(".md"))
+    assert len(after) > len(before), (text, planted)
