@@ -11,6 +11,9 @@
   `<!-- timing: N ... -->`), a mathematical constant (`<!-- math: N ... -->`: a critical t, ln 256), a reference
   (arXiv id, §, Fig., Table), or arithmetic on sourced numbers (`<!-- derived: N = EXPR -->`, checked). A number
   typed from nowhere fails.
+- Every verdict line (issue 48: a summary row, a Re-judged paragraph, a README verdict row) says what its JSONs
+  compute: each verdict word is the word of the entries its mark names, each labelled statistic (p, Holm, t, an
+  interval, a regret) is that field of a JSON it cites, and each number of a summary row is in a JSON the row cites.
 """
 import functools
 import glob
@@ -664,8 +667,8 @@ def test_a_sharded_checkpoint_directory_hashes_its_files_names_and_bytes(tmp_pat
 # SUBJECT, when given, is what the verdict is about, … standing for the bold phrase ("… for Looped-MoE",
 # "Loop Base …"): the prose must say exactly that, so a verdict cannot silently grow a subject. A summary row's
 # numbers must be values of the JSONs its marks cite (a `<!-- from: FILE ... -->` mark cites more), and a labelled
-# statistic (p, Holm, t, a 90% or 95% interval) anywhere in a record must be that field of a JSON its clause, row or
-# section cites: the entries a clause's marks name, else the row's JSONs, else every JSON its section names.
+# statistic (p, Holm, t, a 90% or 95% interval, a regret) anywhere in a record must be that field of a JSON its
+# clause, row or section cites: the entries a clause's marks name, else the row's JSONs, else every JSON its section names.
 
 VERDICT_MARK = re.compile(r"\*\*([^*]+)\*\*<!-- verdict: ([^>|]*?)(?: \| ([^>]*?))? -->")
 FROM_MARK = re.compile(r"<!-- from: ([^>]*?) -->")
