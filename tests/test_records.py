@@ -668,7 +668,8 @@ def test_a_sharded_checkpoint_directory_hashes_its_files_names_and_bytes(tmp_pat
 # "Loop Base …"): the prose must say exactly that, so a verdict cannot silently grow a subject. A summary row's
 # numbers must be values of the JSONs its marks cite (a `<!-- from: FILE ... -->` mark cites more), and a labelled
 # statistic (p, Holm, t, a 90% or 95% interval, a regret) anywhere in a record must be that field of a JSON its
-# clause, row or section cites: the entries a clause's marks name, else the row's JSONs, else every JSON its section names.
+# clause, row or section cites: the entries a clause's marks name, else the row's JSONs, else every JSON its section
+# names.
 
 VERDICT_MARK = re.compile(r"\*\*([^*]+)\*\*<!-- verdict: ([^>|]*?)(?: \| ([^>]*?))? -->")
 FROM_MARK = re.compile(r"<!-- from: ([^>]*?) -->")
@@ -949,8 +950,8 @@ PLANTED = [  # (record, text in it, planted in its place): issue 48's five mutat
     ("wang2026.md", "1/√N ≫ 1/N **reproduced**<!-- verdict: ", "1/√N ≫ 1/N **reproduced** <!-- "),  # no mark
     ("chen2026.md", "IterAdaLN **inconclusive**<!--", "IterAdaLN and LoopMoE **inconclusive**<!--"),  # a subject before
     # the two stale lines issue 48 found, as they stood
-    ("chen2026.md", "stand as judged (Loop Base **inconclusive**<!--", "stand as judged (Loop Base **not reproduced**<!--"),
-    ("wang2026.md", "read the regret, 0.0016 nats for seed 1337 alone", "read the regret, 0.0005 nats for seed 1337 alone"),
+    ("chen2026.md", "as judged (Loop Base **inconclusive**<!--", "as judged (Loop Base **not reproduced**<!--"),
+    ("wang2026.md", "the regret, 0.0016 nats for seed 1337 alone", "the regret, 0.0005 nats for seed 1337 alone"),
 ]
 
 
@@ -964,3 +965,56 @@ def test_a_planted_wrong_number_or_word_fails_its_verdict_line(record, text, pla
     before = verdict_line_errors(original, path.removesuffix(".md"))
     after = verdict_line_errors(original.replace(text, planted), path.removesuffix(".md"))
     assert len(after) > len(before), (text, planted)
+
+
+def test_a_verdict_mark_computes_its_word_from_each_kind_of_ref(tmp_path):
+    """On a record written by hand: a family entry judged with the paper's sign (a t-test's "lower" reproduces a
+    lower claim and rejects a higher one), every entry under a key, two entries that disagree (inconclusive), a
+    paper's number (value), a plan that puts its finding beyond the budget, a test that exists; a subject after and
+    before the verdict; a statistic that is not its field, an interval in percent, and a row's number in no JSON it
+    cites."""
+    directory = tmp_path / "x2026"
+    directory.mkdir()
+    family = {"a_minus_b": {"per_seed": [-1.0, -2.0], "mean": -1.5, "p": 0.0123, "holm_p": 0.0246, "t": -3.0,
+                            "verdict": "lower"},
+              "c_minus_b": {"per_seed": [0.1, -0.2], "mean": -0.05, "p": 0.8, "holm_p": 0.8, "verdict": "inconclusive"},
+              "eq": {"mean": 0.5, "interval": [-2.5, 3.25], "p": 0.06, "holm_p": 0.4, "verdict": "inconclusive"},
+              "provenance": {}}
+    (directory / "fam.json").write_text(json.dumps(family))
+    (directory / "other.json").write_text(json.dumps({"x": 7.25}))
+
+    def errors(row, prose=""):
+        text = (f"# X\n\n| finding | paper | here | verdict |\n|---|---|---|---|\n{row}\n\n{prose}\n")
+        return [e for _, e in verdict_line_errors(text, str(directory))]
+
+    ok = "**reproduced**<!-- verdict: fam.json#a_minus_b:lower --> (p = 0.012, Holm 0.025, t = -3.0)"
+    assert errors(f"| 1 | Fig. 1 | 7.25 <!-- from: other.json --> | {ok} |") == []
+    assert errors(f"| 1 | Fig. 1 | 7.25 | {ok} |") == ["7.25 is in no JSON this row cites"]
+    assert errors("| 1 | x | y | **not reproduced**<!-- verdict: fam.json#a_minus_b:higher --> |") == []
+    assert errors("| 1 | x | y | **reproduced**<!-- verdict: fam.json#a_minus_b:higher --> |") == [
+        "**reproduced**: its refs compute 'not reproduced'"]
+    both = "fam.json#a_minus_b:lower fam.json#c_minus_b:lower"
+    assert errors(f"| 1 | x | y | **inconclusive**<!-- verdict: {both} --> |") == []  # entries that disagree
+    assert errors("| 1 | x | y | **inconclusive**<!-- verdict: fam.json#*:lower --> |") == []  # every entry of a key
+    assert errors("| 1 | x | y | **not reproduced**<!-- verdict: fam.json#a_minus_b:value --> |") == []
+    assert errors("| 1 | x | y | **undecidable at this scale**<!-- verdict: plan:lee-1-order --> |") == []
+    within = errors("| 1 | x | y | **inconclusive**<!-- verdict: plan:lee-1-alpha-order --> |")  # a plan within budget
+    assert "records/plan.json does not put" in within[0]
+    missing = "test:tests/test_records.py::test_no_such_thing"
+    assert errors(f"| 1 | x | y | **reproduced**<!-- verdict: {missing} --> |") == [
+        f"{missing}: no test test_no_such_thing in tests/test_records.py"]
+    assert errors("| 1 | x | y | **reproduced** (p = 0.012) |") == [
+        "**reproduced** has no verdict mark", "p 0.012", "0.012 is in no JSON this row cites"]
+    after = "| 1 | x | y | **reproduced**<!-- verdict: fam.json#a_minus_b:lower | … for A --> for A{} (p = 0.012) |"
+    assert errors(after.format("")) == [] and len(errors(after.format(" and C"))) == 1
+    before = "| 1 | x | y | {}A **reproduced**<!-- verdict: fam.json#a_minus_b:lower | A … --> (Holm 0.025) |"
+    assert errors(before.format("")) == [] and len(errors(before.format("C and "))) == 1
+    assert errors(f"| 1 | x | y | {ok.replace('Holm 0.025', 'Holm 0.012')} |") == ["Holm 0.012"]
+    # a Re-judged paragraph: its last verdict needs a mark; its statistics come from the JSONs its section names
+    assert errors("| 1 | x | y | z |", "**Re-judged.** Before **reproduced**, after **inconclusive** (fam.json).") == [
+        "re-judged to **inconclusive** with no verdict mark"]
+    judged = ("**Re-judged.** Before **reproduced**, after **inconclusive**<!-- verdict: fam.json#eq:zero -->: 90% "
+              "interval [{}]%, TOST p = {} (`fam.json`).\n\nBeside it, c minus b has p = 0.8.")
+    assert errors("| 1 | x | y | z |", judged.format("−2.50, +3.25", "0.06")) == []
+    assert errors("| 1 | x | y | z |", judged.format("−1.50, +3.25", "0.06")) == ["interval [−1.50, +3.25]%"]
+    assert errors("| 1 | x | y | z |", judged.format("−2.50, +3.25", "0.8")) == ["p 0.8"]  # another entry's p
