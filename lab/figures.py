@@ -132,6 +132,38 @@ def plot_delta_phi(result, path):
     return save(fig, result, path)
 
 
+def plot_differences(family, path, unit):
+    """A finding's comparisons as its verdict reads them (records/README.md rules 1-5): each training seed's
+    difference a dot, their mean, and the interval the test draws its line with: a TOST's (1 - 2 alpha) interval
+    between its margins, else the t-interval over the family at level 1 - 0.05 / (m x looks), which excludes 0 only
+    where Holm rejects too (it is Holm's first step), so no comparison the verdict leaves inconclusive looks decided;
+    0 dotted. family: a `python -m lab.fits family` result; unit: the x axis, "what (unit)"."""
+    import scipy.stats  # (a figure's interval; the tests are lab/verdicts.py's)
+    names = [n for n, e in family.items() if isinstance(e, dict) and "per_seed" in e]
+    fig, (ax,) = figure(1, width=7.0, height=1.3 + 0.55 * len(names))
+    shown = {}
+    for i, n in enumerate(names):
+        e = family[n]
+        if "interval" in e:  # a TOST: its interval and its margins
+            (lo, hi), level = e["interval"], e["level"]
+            ax.plot([-e["margin"]] * 2, [i - 0.3, i + 0.3], ls="--", color="0.5")
+            ax.plot([e["margin"]] * 2, [i - 0.3, i + 0.3], ls="--", color="0.5")
+        else:
+            level = 1 - 0.05 / (len(names) * e.get("looks", 1))
+            half = float(scipy.stats.t.ppf(1 - (1 - level) / 2, e["df"])) * e["se"]
+            lo, hi = e["mean"] - half, e["mean"] + half
+        ax.errorbar(e["mean"], i, xerr=[[e["mean"] - lo], [hi - e["mean"]]], fmt="D", color="k", capsize=4)
+        ax.scatter(e["per_seed"], [i] * len(e["per_seed"]), s=16, color="C0", zorder=3)
+        shown[n] = dict(per_seed=e["per_seed"], mean=e["mean"], interval=[lo, hi], level=level,
+                        holm_p=e["holm_p"], verdict=e.get("verdict"))
+    ax.axvline(0.0, ls=":", color="k")
+    ax.set(yticks=range(len(names)), ylim=(len(names) - 0.5, -0.5), xlabel=unit,
+           yticklabels=[f"{readable(n)} (Holm p {family[n]['holm_p']:.2g})" for n in names],
+           title="each seed (dots), the mean (◆) and the verdict's interval" + (
+               "; margins dashed" if any("interval" in family[n] for n in names) else ""))
+    return save(fig, shown, path)
+
+
 def plot_compare(result, path):
     """Left: each arm's metric, one dot per training seed, a bar at the mean from zero, mean ± sd over seeds.
     Right: the comparison a verdict tests, each seed's difference from the reference arm at that seed."""

@@ -334,7 +334,7 @@ def main_test(argv):
         return None
     if not argv or argv[0] not in TEST_OPTIONS:
         raise ConfigError("usage: python -m lab.fits ttest|tost|holm VALUE ... [--margin=M] [--looks=K] | "
-                          "family NAME=D1,D2,... ... [--margin=M] [--looks=K] [--out=F.json] | "
+                          "family NAME=D1,D2,... ... [--margin=M] [--looks=K] [--out=F.json [--figure=AXIS]] | "
                           "elastic LF.json PLAIN.json ... | probes EVAL.json ... --reference=MODEL | "
                           "exits EE.json ... --pairs=A<B,... | representation R.json ... --model=A --reference=B | "
                           "table rows|exits|elastic SOURCE ... --out=F.json"
@@ -415,7 +415,10 @@ def main_family(argv, opts):
     (each a number a committed fit command printed, or read from a committed JSON: seed_number), tested as one family
     and written with the command that gave them and the JSONs it read. NAME@K=... : that comparison is a sequential
     design with K looks (its p times K enters Holm; --looks=K: all); NAME±D=... (or NAME@K±D=): its TOST within ±D,
-    its own margin (--margin=D: every comparison's)."""
+    its own margin (--margin=D: every comparison's). --figure="AXIS (UNIT)": also F_seeds.png (lab/figures.py's
+    plot_differences), each seed's difference and the interval the verdict's test uses."""
+    if opts.get("figure") and not opts.get("out"):
+        raise ConfigError("fits.py family --figure=LABEL draws beside its JSON: give --out=F.json too")
     per_seed, looks, margins, inputs = {}, {}, {}, []
     for a in argv[1:]:
         if a.startswith("--"):
@@ -444,13 +447,15 @@ def main_family(argv, opts):
             r["verdict"] = "inconclusive" if r["holm_p"] >= 0.05 else "lower" if r["mean"] < 0 else "higher"
     if opts.get("out"):
         write_result(opts["out"], out, prov)
+    if opts.get("figure"):  # its slide: OUT's name + _seeds.png, beside a JSON of what it draws
+        figures.plot_differences(out, opts["out"].removesuffix(".json") + "_seeds", opts["figure"])
     print(json.dumps(out, indent=1, default=float))
     return out
 
 
 # the options of each `python -m lab.fits` command, with the type of their value
 TEST_OPTIONS = dict(ttest=dict(looks=int), tost=dict(margin=float, looks=int), holm=dict(looks=int),
-                    family=dict(margin=float, looks=int, out=str),
+                    family=dict(margin=float, looks=int, out=str, figure=str),
                     elastic=dict(margin=float, out=str), probes=dict(reference=str, out=str),
                     exits=dict(pairs=str, measure=str, saved=str, out=str),
                     representation=dict(model=str, reference=str, out=str),

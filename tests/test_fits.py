@@ -1001,3 +1001,28 @@ def test_a_bootstrap_refit_lands_where_it_did():
         phis = [refits_as_committed(joint_rows, weights, joint["free"]["theta"], i)[5] for i in range(3)]
         landed.append(deltas + phis)
     assert np.allclose(landed[0], landed[1], rtol=0, atol=1e-4), landed
+
+
+def test_a_familys_figure_draws_each_seed_and_the_interval_its_verdict_uses(tmp_path, monkeypatch):
+    """fits.py family --figure: each comparison's per-seed differences as dots, the mean with the family's interval,
+    level 1 - 0.05 / (m x looks) for a t-test (worked by hand from scipy's t quantile), a TOST's own interval between
+    its dashed margins; readable names with the Holm p; a slide's checks pass; without --out it is one line."""
+    import scipy.stats
+    drawn = capture(monkeypatch, write=False)
+    out = tmp_path / "f.json"
+    res = verdicts.main_test(["family", "a_minus_b@2=0.5,0.7,0.6", "c_minus_b=-0.1,0.2,0.05", "e±0.5=0.1,0.0,-0.1",
+                              f"--out={out}", "--figure=difference (nats)"])
+    ((fig, shown),) = drawn
+    assert figure_problems(fig) == []
+    half = scipy.stats.t.ppf(1 - 0.05 / (3 * 2) / 2, 2) * res["a_minus_b"]["se"]  # m = 3, a's 2 looks
+    assert shown["a_minus_b"]["interval"] == pytest.approx([0.6 - half, 0.6 + half])
+    assert shown["e"]["interval"] == pytest.approx(res["e"]["interval"]) and shown["e"]["level"] == 0.9
+    assert_drawn(fig, [(d, i) for i, n in enumerate(shown) for d in shown[n]["per_seed"]])
+    ax = fig.axes[0]
+    bars = [c for c in ax.containers]
+    assert [tuple(b.lines[2][0].get_segments()[0][:, 0]) for b in bars] == [
+        pytest.approx(tuple(shown[n]["interval"])) for n in shown]
+    assert [t.get_text() for t in ax.get_yticklabels()][0].startswith("a minus b (Holm p ")
+    assert sum(line.get_linestyle() == "--" for line in ax.lines) == 2  # e's margins
+    with pytest.raises(SystemExit, match="give --out"):
+        verdicts.main_test(["family", "a=1,2,3", "--figure=difference (nats)"])
