@@ -66,7 +66,17 @@ LN2 = math.log(2.0)
 NAMES = {"params_active": "active parameters N (count)", "params_unique_nonembed": "unique parameters N (count)",
          "val_loss": "validation loss (nats)", "lr": "peak learning rate (dimensionless)",
          "flops_budget": "training compute C (FLOPs)", "n_embd": "width {}", "n_layer": "{} layers",
-         "n_loop": "loop count {}", "val_ppl": "validation perplexity (e^nats per token)", "arch": "{}"}
+         "n_loop": "loop count {}", "val_ppl": "validation perplexity (e^nats per token)", "arch": "{}",
+         # Chen et al.'s routing phases and IterAdaLN gate, as records/chen2026.md tests them (passes from 1)
+         "entry_cosine_01_minus_12": "entry: cos(passes 1, 2) − cos(passes 2, 3)",
+         "core_jaccard_12_minus_23": "core: Jaccard(passes 2, 3) − Jaccard(passes 3, 4)",
+         "exit_cosine_change_minus_jaccard_change": "exit: Δcos − ΔJaccard, passes 2-3 to 3-4",
+         "range_iteradaln_layer1": "IterAdaLN, layer 1: gate range, pass 2 − pass 1",
+         "range_iteradaln_layer2": "IterAdaLN, layer 2: gate range, pass 2 − pass 1",
+         "range_loopmoe_layer1": "LoopMoE, layer 1: gate range, pass 2 − pass 1",
+         "range_loopmoe_layer2": "LoopMoE, layer 2: gate range, pass 2 − pass 1",
+         "gate_iteradaln_minus_paper": "IterAdaLN: mean gate ᾱ (layer 2, pass 2) − the paper's 1.61",
+         "gate_loopmoe_minus_paper": "LoopMoE: mean gate ᾱ (layer 2, pass 2) − the paper's 1.61"}
 SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
 
 
