@@ -359,12 +359,16 @@ def verdict_word(test, sign):
     difference ("higher"/"lower") its Holm verdict, reproduced with the paper's sign, not reproduced with the other;
     for a claim of no effect ("zero") its TOST verdict, reproduced when equivalent, not reproduced when different;
     for a paper's number ("value": our per-seed values against it, records/README.md rule 7) its t-test, not
-    reproduced when the number is rejected on either side, inconclusive otherwise (a t-test cannot show equality)."""
+    reproduced when the number is rejected on either side, inconclusive otherwise (a t-test cannot show equality);
+    for rule 10's test of absence ("absent": a TOST within the comparison's δ) absent at this scale when Holm over
+    the family passes it, else inconclusive."""
     if "verdict" not in test:  # a family written before the JSONs said it: rules 2 and 4 on its Holm p
         word = "inconclusive" if test["holm_p"] >= 0.05 else "lower" if test["mean"] < 0 else "higher"
         test = dict(test, verdict=word)
     if sign == "value":
         return "not reproduced" if test["verdict"] in ("higher", "lower") else "inconclusive"
+    if sign == "absent":  # rule 10: a TOST within the comparison's δ, its p through Holm over the family
+        return "absent at this scale" if test["verdict"] == "equivalent" and test["holm_p"] < 0.05 else "inconclusive"
     if sign == "zero":
         return {"equivalent": "reproduced", "different": "not reproduced"}.get(test["verdict"], "inconclusive")
     if test["verdict"] in ("higher", "lower"):

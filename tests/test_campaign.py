@@ -175,3 +175,13 @@ def test_verdict_words_follow_the_standard():
     assert campaign.verdict_word(dict(verdict="equivalent"), "zero") == "reproduced"
     assert campaign.verdict_word(dict(verdict="different"), "zero") == "not reproduced"
     assert campaign.verdict_word(dict(verdict="inconclusive"), "zero") == "inconclusive"
+    # rule 7: against a paper's number, a t-test that rejects it on either side is not reproduced
+    assert campaign.verdict_word(dict(verdict="lower"), "value") == "not reproduced"
+    assert campaign.verdict_word(dict(verdict="higher"), "value") == "not reproduced"
+    assert campaign.verdict_word(dict(verdict="inconclusive"), "value") == "inconclusive"
+    # rule 10: a TOST within δ says absent only through Holm over its family
+    assert campaign.verdict_word(dict(verdict="equivalent", holm_p=0.01), "absent") == "absent at this scale"
+    assert campaign.verdict_word(dict(verdict="equivalent", holm_p=0.06), "absent") == "inconclusive"
+    # a family written before its JSON said the verdict: rules 2 and 4 on its Holm p and the mean's sign
+    assert campaign.verdict_word(dict(holm_p=0.01, mean=-0.3), "lower") == "reproduced"
+    assert campaign.verdict_word(dict(holm_p=0.2, mean=-0.3), "lower") == "inconclusive"

@@ -661,7 +661,8 @@ def test_a_sharded_checkpoint_directory_hashes_its_files_names_and_bytes(tmp_pat
 # `**word**<!-- verdict: REF ... | SUBJECT -->`, whose REFs compute its word together (the word they share, else
 # inconclusive):
 #   FILE#KEY:SIGN   a family entry of a JSON of the record's directory (KEY.* : every entry under KEY), judged by
-#                   lab.campaign.verdict_word with the paper's sign (higher, lower, zero; value: a paper's number);
+#                   lab.campaign.verdict_word with the paper's sign (higher, lower, zero; value: a paper's number;
+#                   absent: rule 10's TOST within δ, which with the difference's inconclusive test says absent);
 #   plan:ID         rule 11: records/plan.json's plan for listed finding ID puts it beyond the campaign's budget;
 #   test:PATH::NAME a count or a simulation a test asserts (Table 6's accounting, Theorem 1's draws).
 # SUBJECT, when given, is what the verdict is about, … standing for the bold phrase ("… for Looped-MoE",
@@ -750,7 +751,7 @@ def mark_refs(refs, directory):
             name, _, rest = ref.partition("#")
             key, _, sign = rest.rpartition(":")
             path = cited_path(directory, name)
-            if path is None or sign not in ("higher", "lower", "zero", "value"):
+            if path is None or sign not in ("higher", "lower", "zero", "value", "absent"):
                 raise ValueError(f"{ref}: not FILE#KEY:SIGN of a JSON in the record's directory")
             parent, _, last = key.rpartition(".")
             if last == "*":  # every entry under the key (a family's comparisons)
@@ -778,10 +779,15 @@ def cited_file(ref):
 
 def verdict_of_mark(refs, directory):
     """The verdict word a mark's refs compute together: the word they share, else inconclusive (a verdict that
-    reads several comparisons needs every one of them: records/README.md rule 4)."""
-    words = {word for _, word, _ in mark_refs(refs, directory)}
+    reads several comparisons needs every one of them: records/README.md rule 4); absent at this scale where every
+    TOST of absence passes and the differences' own tests are inconclusive (rule 10)."""
+    refs_words = mark_refs(refs, directory)
+    words = {word for _, word, _ in refs_words}
     if "not undecidable" in words:
         raise ValueError(f"{refs}: records/plan.json does not put its finding beyond the campaign's budget")
+    absence = [word for ref, word, _ in refs_words if ref.endswith(":absent")]
+    if absence and set(absence) == {"absent at this scale"} and words == {"absent at this scale", "inconclusive"}:
+        return "absent at this scale"
     return words.pop() if len(words) == 1 else "inconclusive"
 
 
@@ -979,6 +985,7 @@ def test_a_verdict_mark_computes_its_word_from_each_kind_of_ref(tmp_path):
                             "verdict": "lower"},
               "c_minus_b": {"per_seed": [0.1, -0.2], "mean": -0.05, "p": 0.8, "holm_p": 0.8, "verdict": "inconclusive"},
               "eq": {"mean": 0.5, "interval": [-2.5, 3.25], "p": 0.06, "holm_p": 0.4, "verdict": "inconclusive"},
+              "tost": {"mean": 0.01, "interval": [-0.02, 0.04], "p": 0.01, "holm_p": 0.02, "verdict": "equivalent"},
               "provenance": {}}
     (directory / "fam.json").write_text(json.dumps(family))
     (directory / "other.json").write_text(json.dumps({"x": 7.25}))
@@ -997,6 +1004,10 @@ def test_a_verdict_mark_computes_its_word_from_each_kind_of_ref(tmp_path):
     assert errors(f"| 1 | x | y | **inconclusive**<!-- verdict: {both} --> |") == []  # entries that disagree
     assert errors("| 1 | x | y | **inconclusive**<!-- verdict: fam.json#*:lower --> |") == []  # every entry of a key
     assert errors("| 1 | x | y | **not reproduced**<!-- verdict: fam.json#a_minus_b:value --> |") == []
+    absent = "fam.json#c_minus_b:lower fam.json#tost:absent"  # its t-test inconclusive, its TOST through Holm
+    assert errors(f"| 1 | x | y | **absent at this scale**<!-- verdict: {absent} --> |") == []
+    assert errors(f"| 1 | x | y | **absent at this scale**<!-- verdict: {absent.replace('tost', 'eq')} --> |") == [
+        "**absent at this scale**: its refs compute 'inconclusive'"]
     assert errors("| 1 | x | y | **undecidable at this scale**<!-- verdict: plan:lee-1-order --> |") == []
     within = errors("| 1 | x | y | **inconclusive**<!-- verdict: plan:lee-1-alpha-order --> |")  # a plan within budget
     assert "records/plan.json does not put" in within[0]
