@@ -67,6 +67,34 @@ NAMES = {"params_active": "active parameters N (count)", "params_unique_nonembed
          "val_loss": "validation loss (nats)", "lr": "peak learning rate (dimensionless)",
          "flops_budget": "training compute C (FLOPs)", "n_embd": "width {}", "n_layer": "{} layers",
          "n_loop": "loop count {}", "val_ppl": "validation perplexity (e^nats per token)", "arch": "{}",
+         # the architectures and arms by their papers' names (issue 48: a slide names what a reader knows)
+         "base": "Base", "looped": "Looped", "moe": "MoE", "looped_moe": "Looped-MoE",  # Lee et al.
+         "base_b4": "Base, 512-token batches", "looped_moe_b4": "Looped-MoE, 512-token batches",
+         "base_plain": "Base, plain operations", "looped_plain": "Looped, plain operations",
+         "moe_plain": "MoE, plain operations", "looped_moe_plain": "Looped-MoE, plain operations",
+         "vanilla": "Vanilla MoE", "loop_base": "Loop Base", "iteradaln": "+ IterAdaLN", "loopmoe": "LoopMoE",  # Chen
+         "iteradaln_loose": "+ IterAdaLN (loose)", "loopmoe_loose": "LoopMoE (loose)",
+         "iteradaln_lr1": "+ IterAdaLN, modulators at the LR", "iteradaln_lr0.1": "+ IterAdaLN, modulators at LR/10",
+         "r1": "r = 1", "r2": "r = 2", "r4": "r = 4", "passthrough": "passthrough loop",  # Schwethelm et al.
+         "hc": "hyper-connections", "hc_r": "hyper-connections", "trunc_r": "truncated BPTT", "tdt_r": "t/Δt",
+         "rscale_r": "1/r residual scale", "iteradaln_r": "IterAdaLN", "moe_r": "Looped-MoE",
+         "loopformer": "LoopFormer", "loopformer_lr1": "LoopFormer, conditioning at the LR",  # Jeddi et al.
+         "loopformer_3200": "LoopFormer", "loopformer_lr1e-3": "LoopFormer, LR 1e-3, conditioning at LR/10",
+         "plain_loop": "plain loop", "plain_loop_3200": "plain loop", "plain_loop_wd0": "plain loop, no weight decay",
+         "plain_loop_lr1e-3": "plain loop, LR 1e-3", "plain_loop_1N": "plain loop, 1/N residual scale",
+         "plain_loop_M1": "loop trained at M = 1", "plain_loop_M2": "loop trained at M = 2",
+         "plain_loop_M3": "loop trained at M = 3", "plain_loop_M1_3200": "loop trained at M = 1",
+         "plain_loop_M2_3200": "loop trained at M = 2", "plain_loop_M3_3200": "loop trained at M = 3",
+         "plain_loop_M1_lr1e-3": "loop trained at M = 1, LR 1e-3",
+         "lr1e-3": "LoopFormer, LR 1e-3, conditioning at the LR",
+         "conditioning_only": "conditioning only, at the LR",
+         "conditioning_only_condlr0.1": "conditioning only, at LR/10",
+         "cond_init_normal": "LoopFormer, conditioning drawn normal", "index_lr1": "loop-index conditioning",
+         "cond_lr1.0": "conditioning at the LR", "cond_lr0.3": "conditioning at 0.3 LR",
+         "cond_lr0.1": "conditioning at LR/10", "cond_lr0.01": "conditioning at LR/100",
+         "cond_lr0.1_wd0": "conditioning at LR/10, no weight decay",
+         "none": "no residual scale", "linear": "1/N", "factorized": "factorized", "sqrt": "1/√N",  # Wang et al.
+         "none_fast": "no residual scale, CPU fast paths", "none_plain": "no residual scale, plain operations",
          # Chen et al.'s routing phases and IterAdaLN gate, as records/chen2026.md tests them (passes from 1)
          "entry_cosine_01_minus_12": "entry: cos(passes 1, 2) − cos(passes 2, 3)",
          "core_jaccard_12_minus_23": "core: Jaccard(passes 2, 3) − Jaccard(passes 3, 4)",

@@ -579,7 +579,20 @@ def test_the_names_on_a_slide():
     assert analyze.flops_name(4.64e17) == "4.64×10¹⁷ FLOPs"
     assert analyze.group_name(("n_layer", "n_loop"), (4, 2)) == "4 layers, loop count 2"
     assert analyze.group_name(("arch", "n_layer"), ("factorized", 4)) == "factorized, 4 layers"  # a curve per rule
-    assert analyze.readable("params_active") == "active parameters N (count)" and analyze.readable("hc_r") == "hc r"
+    assert analyze.readable("params_active") == "active parameters N (count)"
+    assert analyze.readable("hc_r") == "hyper-connections" and analyze.readable("rscale_r") == "1/r residual scale"
+    # every arch and arm a committed sweep figure draws has its paper's name, none its code name (issue 48)
+    drawn = set()
+    for path in glob.glob(os.path.join(ROOT, "records", "*", "*.json")):
+        doc = json.load(open(path))
+        if "scaling.py fit" in doc.get("provenance", {}).get("command", "") and os.path.exists(path[:-5] + ".png"):
+            law = doc["provenance"]["command"].partition("--law=")[2].split()[0]
+            if law == "compare":
+                drawn |= set(doc["arms"]) | {doc["reference"]}
+            elif law in ("isoflop", "lr", "delta_phi"):  # a panel or a row per arch (a joint law's are r's numbers)
+                drawn |= set(doc) - {"provenance"}
+    assert drawn >= {"base", "vanilla", "hc_r", "plain_loop_M1"}
+    assert not [n for n in drawn if n not in analyze.NAMES and not n.isdigit()]  # n_loop's panels: group_name
 
 
 def test_the_figure_check_catches_what_a_slide_may_not_show():
