@@ -159,7 +159,7 @@ def plot_differences(family, path, unit):
     ax.axvline(0.0, ls=":", color="k")
     ax.set(yticks=range(len(names)), ylim=(len(names) - 0.5, -0.5), xlabel=unit,
            yticklabels=[f"{readable(n)} (Holm p {family[n]['holm_p']:.2g})" for n in names],
-           title="each seed (dots), the mean (◆) and the verdict's interval" + (
+           title="seeds (dots), mean (◆), the test's interval" + (
                "; margins dashed" if any("interval" in family[n] for n in names) else ""))
     return save(fig, shown, path)
 
