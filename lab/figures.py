@@ -137,10 +137,14 @@ def plot_differences(family, path, unit):
     difference a dot, their mean, and the interval the test draws its line with: a TOST's (1 - 2 alpha) interval
     between its margins, else the t-interval over the family at level 1 - 0.05 / (m x looks), which excludes 0 only
     where Holm rejects too (it is Holm's first step), so no comparison the verdict leaves inconclusive looks decided;
-    0 dotted. family: a `python -m lab.fits family` result; unit: the x axis, "what (unit)"."""
+    0 dotted; an interval beyond three times the seeds' reach is cut there, its end written. family: a
+    `python -m lab.fits family` result; unit: the x axis, "what (unit)"."""
     import scipy.stats  # (a figure's interval; the tests are lab/verdicts.py's)
     names = [n for n, e in family.items() if isinstance(e, dict) and "per_seed" in e]
     fig, (ax,) = figure(1, width=7.0, height=1.3 + 0.55 * len(names))
+    # the panel spans three times the seeds' reach (and every margin): an interval of two seeds over a family can be
+    # a hundred times wider, and drawn whole it would flatten every other row; it is cut at the edge, its end written
+    edge = 3 * max(abs(v) for n in names for v in family[n]["per_seed"] + [family[n].get("margin", 0)])
     shown = {}
     for i, n in enumerate(names):
         e = family[n]
@@ -152,12 +156,17 @@ def plot_differences(family, path, unit):
             level = 1 - 0.05 / (len(names) * e.get("looks", 1))
             half = float(scipy.stats.t.ppf(1 - (1 - level) / 2, e["df"])) * e["se"]
             lo, hi = e["mean"] - half, e["mean"] + half
-        ax.errorbar(e["mean"], i, xerr=[[e["mean"] - lo], [hi - e["mean"]]], fmt="D", color="k", capsize=4)
+        cut_lo, cut_hi = max(lo, -edge), min(hi, edge)
+        ax.errorbar(e["mean"], i, xerr=[[e["mean"] - cut_lo], [cut_hi - e["mean"]]], fmt="D", color="k", capsize=4)
+        for end, cut, side in ((lo, cut_lo, "left"), (hi, cut_hi, "right")):
+            if end != cut:
+                ax.annotate(f"{end:+.3g} →" if side == "right" else f"← {end:+.3g}", (cut, i), xytext=(0, 6),
+                            textcoords="offset points", ha=side, fontsize=8)
         ax.scatter(e["per_seed"], [i] * len(e["per_seed"]), s=16, color="C0", zorder=3)
         shown[n] = dict(per_seed=e["per_seed"], mean=e["mean"], interval=[lo, hi], level=level,
                         holm_p=e["holm_p"], verdict=e.get("verdict"))
     ax.axvline(0.0, ls=":", color="k")
-    ax.set(yticks=range(len(names)), ylim=(len(names) - 0.5, -0.5), xlabel=unit,
+    ax.set(yticks=range(len(names)), ylim=(len(names) - 0.5, -0.5), xlabel=unit, xlim=(-1.1 * edge, 1.1 * edge),
            yticklabels=[f"{readable(n)} (Holm p {family[n]['holm_p']:.2g})" for n in names],
            title="seeds (dots), mean (◆), the test's interval" + (
                "; margins dashed" if any("interval" in family[n] for n in names) else ""))

@@ -1039,3 +1039,12 @@ def test_a_familys_figure_draws_each_seed_and_the_interval_its_verdict_uses(tmp_
     assert sum(line.get_linestyle() == "--" for line in ax.lines) == 2  # e's margins
     with pytest.raises(SystemExit, match="give --out"):
         verdicts.main_test(["family", "a=1,2,3", "--figure=difference (nats)"])
+    # two seeds over a family of two: an interval far beyond the seeds is cut at three times their reach, its ends
+    # written at the edge, so the other row stays readable
+    res = verdicts.main_test(["family", "w=0.1,0.3", "n=0.1,0.12,0.11,0.13", f"--out={out}", "--figure=d (nats)"])
+    fig, shown = drawn[-1]
+    segments = [c.lines[2][0].get_segments()[0][:, 0] for c in fig.axes[0].containers]
+    assert list(segments[0]) == pytest.approx([-0.9, 0.9]) and shown["w"]["interval"][1] > 2
+    assert list(segments[1]) == pytest.approx(shown["n"]["interval"])
+    assert sorted(t.get_text() for t in fig.axes[0].texts) == sorted(
+        [f"← {shown['w']['interval'][0]:+.3g}", f"{shown['w']['interval'][1]:+.3g} →"])
