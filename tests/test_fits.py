@@ -947,6 +947,32 @@ def test_the_elastic_curves_of_the_jeddi_verdict_are_drawn_from_its_jsons(monkey
     assert seed_spread_drawn(fig)
 
 
+def verdict_figures():
+    """The committed figures of `python -m lab.fits family ... --figure=AXIS` (F_seeds.json beside F.json)."""
+    return sorted(p for p in glob.glob(os.path.join(ROOT, "records", "*", "*_seeds.json"))
+                  if os.path.exists(p.removesuffix("_seeds.json") + ".json"))
+
+
+@pytest.mark.parametrize("path", verdict_figures(), ids=os.path.basename)
+def test_a_verdict_figure_redraws_from_its_family(path, monkeypatch):
+    """Each committed verdict figure, redrawn from its family JSON with the axis its command names: the same numbers
+    (per-seed differences, means, the test's intervals), every seed drawn, a slide's checks passed."""
+    import shlex
+    family = json.load(open(path.removesuffix("_seeds.json") + ".json"))
+    argv = shlex.split(family.pop("provenance")["command"])
+    axis = next(a.partition("=")[2] for a in argv if a.startswith("--figure="))
+    drawn = capture(monkeypatch, write=False)
+    figures.plot_differences(family, "unused", axis)
+    ((fig, shown),) = drawn
+    committed = json.load(open(path))
+    assert shown.keys() == committed.keys()
+    for name in shown:
+        assert shown[name]["interval"] == pytest.approx(committed[name]["interval"], rel=1e-9)
+        assert shown[name]["per_seed"] == committed[name]["per_seed"]
+    assert figure_problems(fig) == []
+    assert_drawn(fig, [(d, i) for i, n in enumerate(shown) for d in shown[n]["per_seed"]])
+
+
 def test_every_record_figure_has_a_content_test():
     """Each PNG in records/ sits beside the JSON it was drawn from, and that JSON is of a kind whose figure a test
     redraws and checks: a sweep or fit figure (here), an analysis (test_analyze), an exit or elastic study
@@ -959,6 +985,7 @@ def test_every_record_figure_has_a_content_test():
             saved = json.load(f)
         results = saved.get("results") if isinstance(saved, dict) else None
         kinds = [path in checked, "analysis" in saved, path.endswith("_verdict_curves.json"),
+                 path in verdict_figures(),
                  isinstance(results, dict) and "plan" in saved,
                  isinstance(results, dict) and all("criteria" in r or "budgets" in r for r in results.values())]
         assert any(kinds), f"{png}: no test redraws and checks this figure"
