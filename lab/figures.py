@@ -118,8 +118,9 @@ def plot_joint(result, path):
 
 
 def plot_delta_phi(result, path):
-    """Each design's delta phi against the reference with its paired 95% interval; 0 dotted."""
-    fig, (ax,) = figure(1, width=6.0, height=1.2 + 0.5 * len(result))
+    """Each design's delta phi against the reference with its paired 95% bootstrap interval (runs resampled: a
+    description, records/README.md rule 1; the verdict's figure is the per-seed family's); 0 dotted."""
+    fig, (ax,) = figure(1, width=8.0, height=1.5 + 0.5 * len(result))
     for i, (name, e) in enumerate(result.items()):
         lo, hi = e.get("delta_phi_ci", (e["delta_phi"], e["delta_phi"]))
         ax.errorbar(e["delta_phi"], i, xerr=[[e["delta_phi"] - lo], [hi - e["delta_phi"]]], fmt="o", color="k",
@@ -127,7 +128,8 @@ def plot_delta_phi(result, path):
     ax.axvline(0.0, ls=":", color="k")
     from matplotlib.ticker import MaxNLocator  # (figures only)
     ax.xaxis.set_major_locator(MaxNLocator(5))  # a narrow panel: few enough ticks that their labels do not touch
-    ax.set(yticks=range(len(result)), xlabel="Δφ against the reference (dimensionless; 95% paired bootstrap)",
+    ax.set(yticks=range(len(result)), xlabel="Δφ against the reference (dimensionless)",
+           title="95% paired bootstrap of runs: a description",
            yticklabels=[f"{readable(n)} (φ {e['phi']:.2f} vs {e['phi_reference']:.2f})" for n, e in result.items()])
     return save(fig, result, path)
 
