@@ -28,6 +28,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 import sys
 import time
 from collections import defaultdict
@@ -98,6 +99,10 @@ NAMES = {"params_active": "active parameters N (count)", "params_unique_nonembed
          "cond_lr0.1_wd0": "conditioning at LR/10, no weight decay",
          "none": "no residual scale", "linear": "1/N", "factorized": "factorized", "sqrt": "1/√N",  # Wang et al.
          "none_fast": "no residual scale, CPU fast paths", "none_plain": "no residual scale, plain operations",
+         # the checkpoints the analyses read (a run's name less its seed)
+         "base16_d128": "Base, 16 layers", "moe16_d128": "MoE, 16 layers", "looped8x2_d128": "Looped, 8 layers × 2",
+         "looped_moe8x2_d128": "Looped-MoE, 8 layers × 2", "loopmoe_k4": "LoopMoE, K = 4",
+         "ee_loop_3200": "early-exit loop, 3,200 steps",
          # Chen et al.'s routing phases and IterAdaLN gate, as records/chen2026.md tests them (passes from 1)
          "entry_cosine_01_minus_12": "entry: cos(passes 1, 2) − cos(passes 2, 3)",
          "core_jaccard_12_minus_23": "core: Jaccard(passes 2, 3) − Jaccard(passes 3, 4)",
@@ -112,7 +117,12 @@ SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
 
 
 def readable(name):
-    return NAMES.get(str(name), str(name).replace("_", " "))
+    """A name as a slide says it: the map's, or a run's (NAME_sSEED) as its arch's with its seed."""
+    name = str(name)
+    run = re.fullmatch(r"(.+)_s(\d+)", name)
+    if name not in NAMES and run:
+        return f"{readable(run.group(1))}, seed {run.group(2)}"
+    return NAMES.get(name, name.replace("_", " "))
 
 
 def group_name(keys, values):
