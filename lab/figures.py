@@ -135,43 +135,44 @@ def plot_delta_phi(result, path):
 
 
 def plot_differences(family, path, unit):
-    """A finding's comparisons as its verdict reads them (records/README.md rules 1-5): each training seed's
-    difference a dot, their mean, and the interval the test draws its line with: a TOST's (1 - 2 alpha) interval
-    between its margins, else the t-interval over the family at level 1 - 0.05 / (m x looks), which excludes 0 only
-    where Holm rejects too (it is Holm's first step), so no comparison the verdict leaves inconclusive looks decided;
-    0 dotted; an interval beyond three times the seeds' reach is cut there, its end written. family: a
-    `python -m lab.fits family` result; unit: the x axis, "what (unit)"."""
+    """A finding's comparisons as its verdict reads them (records/README.md rules 1-5), a panel each (their scales
+    differ: a change of 0.1 beside a distance of 1.6 from the paper): each training seed's difference a dot, their
+    mean, and the interval the test draws its line with: a TOST's (1 - 2 alpha) interval between its margins
+    (dashed), else the t-interval over the family at level 1 - 0.05 / (m x looks), which excludes 0 only where Holm
+    rejects too (it is Holm's first step), so no comparison the verdict leaves inconclusive looks decided; 0 dotted.
+    A panel spans three times its seeds' reach (and its margins): an interval of two seeds over a family can be a
+    hundred times wider; it is cut at the edge, its end written. family: a `python -m lab.fits family` result; unit:
+    the x axis, "what (unit)"."""
     import scipy.stats  # (a figure's interval; the tests are lab/verdicts.py's)
     names = [n for n, e in family.items() if isinstance(e, dict) and "per_seed" in e]
-    fig, (ax,) = figure(1, width=7.0, height=1.3 + 0.55 * len(names))
-    # the panel spans three times the seeds' reach (and every margin): an interval of two seeds over a family can be
-    # a hundred times wider, and drawn whole it would flatten every other row; it is cut at the edge, its end written
-    edge = 3 * max(abs(v) for n in names for v in family[n]["per_seed"] + [family[n].get("margin", 0)])
+    import matplotlib.pyplot as plt  # (figures only)
+    fig, axes = plt.subplots(len(names), 1, figsize=(7.0, 0.4 + 1.25 * len(names)), squeeze=False)
     shown = {}
-    for i, n in enumerate(names):
+    for ax, n in zip(axes[:, 0], names):
         e = family[n]
+        edge = 3 * max(abs(v) for v in e["per_seed"] + [e.get("margin", 0)])
         if "interval" in e:  # a TOST: its interval and its margins
             (lo, hi), level = e["interval"], e["level"]
-            ax.plot([-e["margin"]] * 2, [i - 0.3, i + 0.3], ls="--", color="0.5")
-            ax.plot([e["margin"]] * 2, [i - 0.3, i + 0.3], ls="--", color="0.5")
+            for m in (-e["margin"], e["margin"]):
+                ax.axvline(m, ls="--", color="0.5")
         else:
             level = 1 - 0.05 / (len(names) * e.get("looks", 1))
             half = float(scipy.stats.t.ppf(1 - (1 - level) / 2, e["df"])) * e["se"]
             lo, hi = e["mean"] - half, e["mean"] + half
         cut_lo, cut_hi = max(lo, -edge), min(hi, edge)
-        ax.errorbar(e["mean"], i, xerr=[[e["mean"] - cut_lo], [cut_hi - e["mean"]]], fmt="D", color="k", capsize=4)
+        ax.errorbar(e["mean"], 0, xerr=[[e["mean"] - cut_lo], [cut_hi - e["mean"]]], fmt="D", color="k", capsize=4)
         for end, cut, side in ((lo, cut_lo, "left"), (hi, cut_hi, "right")):
             if end != cut:
-                ax.annotate(f"{end:+.3g} →" if side == "right" else f"← {end:+.3g}", (cut, i), xytext=(0, 6),
+                ax.annotate(f"{end:+.3g} →" if side == "right" else f"← {end:+.3g}", (cut, 0), xytext=(0, 6),
                             textcoords="offset points", ha=side, fontsize=8)
-        ax.scatter(e["per_seed"], [i] * len(e["per_seed"]), s=16, color="C0", zorder=3)
+        ax.scatter(e["per_seed"], [0] * len(e["per_seed"]), s=16, color="C0", zorder=3)
+        ax.axvline(0.0, ls=":", color="k")
+        ax.yaxis.set_visible(False)
+        ax.set(xlim=(-1.1 * edge, 1.1 * edge), ylim=(-1, 1), xlabel=unit,
+               title=f"{readable(n)}: Holm p {'< 0.001' if e['holm_p'] < 0.001 else format(e['holm_p'], '.2g')}, "
+                     f"{len(e['per_seed'])} seeds, {100 * level:.3g}% interval")
         shown[n] = dict(per_seed=e["per_seed"], mean=e["mean"], interval=[lo, hi], level=level,
                         holm_p=e["holm_p"], verdict=e.get("verdict"))
-    ax.axvline(0.0, ls=":", color="k")
-    ax.set(yticks=range(len(names)), ylim=(len(names) - 0.5, -0.5), xlabel=unit, xlim=(-1.1 * edge, 1.1 * edge),
-           yticklabels=[f"{readable(n)} (Holm p {family[n]['holm_p']:.2g})" for n in names],
-           title="seeds (dots), mean (◆), the test's interval" + (
-               "; margins dashed" if any("interval" in family[n] for n in names) else ""))
     return save(fig, shown, path)
 
 
