@@ -146,7 +146,7 @@ def plot_differences(family, path, unit):
     import scipy.stats  # (a figure's interval; the tests are lab/verdicts.py's)
     names = [n for n, e in family.items() if isinstance(e, dict) and "per_seed" in e]
     import matplotlib.pyplot as plt  # (figures only)
-    fig, axes = plt.subplots(len(names), 1, figsize=(7.0, 0.4 + 1.25 * len(names)), squeeze=False)
+    fig, axes = plt.subplots(len(names), 1, figsize=(7.0, 0.4 + 1.5 * len(names)), squeeze=False)
     shown = {}
     for ax, n in zip(axes[:, 0], names):
         e = family[n]
@@ -168,9 +168,9 @@ def plot_differences(family, path, unit):
         ax.scatter(e["per_seed"], [0] * len(e["per_seed"]), s=16, color="C0", zorder=3)
         ax.axvline(0.0, ls=":", color="k")
         ax.yaxis.set_visible(False)
-        ax.set(xlim=(-1.1 * edge, 1.1 * edge), ylim=(-1, 1), xlabel=unit,
-               title=f"{readable(n)}: Holm p {'< 0.001' if e['holm_p'] < 0.001 else format(e['holm_p'], '.2g')}, "
-                     f"{len(e['per_seed'])} seeds, {100 * level:.3g}% interval")
+        ax.set(xlim=(-1.1 * edge, 1.1 * edge), ylim=(-1, 1), xlabel=unit)
+        ax.set_title(f"{readable(n)}\nHolm p {'< 0.001' if e['holm_p'] < 0.001 else format(e['holm_p'], '.2g')}, "
+                     f"{len(e['per_seed'])} seeds, {100 * level:.3g}% interval", fontsize=9)
         shown[n] = dict(per_seed=e["per_seed"], mean=e["mean"], interval=[lo, hi], level=level,
                         holm_p=e["holm_p"], verdict=e.get("verdict"))
     return save(fig, shown, path)

@@ -1062,7 +1062,7 @@ def test_a_familys_figure_draws_each_seed_and_the_interval_its_verdict_uses(tmp_
     edges = {n: 3 * max([abs(d) for d in shown[n]["per_seed"]] + [res[n].get("margin", 0)]) for n in shown}
     assert [tuple(b.lines[2][0].get_segments()[0][:, 0]) for b in bars] == [
         pytest.approx((max(shown[n]["interval"][0], -edges[n]), min(shown[n]["interval"][1], edges[n]))) for n in shown]
-    assert fig.axes[0].get_title().startswith("a minus b: Holm p ")
+    assert fig.axes[0].get_title().startswith("a minus b\nHolm p ")
     assert [sum(line.get_linestyle() == "--" for line in ax.lines) for ax in fig.axes] == [0, 0, 2]  # e's margins
     with pytest.raises(SystemExit, match="give --out"):
         verdicts.main_test(["family", "a=1,2,3", "--figure=difference (nats)"])
