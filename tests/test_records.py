@@ -536,7 +536,7 @@ def test_every_command_in_a_record_runs_as_printed():
     """No placeholder in a record's commands (issue 30: "commands are written to run as printed"): no `...` argument,
     no <name> to fill in, and every $VARIABLE assigned in the block (or by its for loop) before it is used."""
     for record in RECORDS:
-        for block in re.findall(r"(?:^    \S[^\n]*\n?)+", read(record), re.M):
+        for block in re.findall(r"(?:^    +\S[^\n]*\n?)+", read(record), re.M):
             assigned = set()
             for line in block.splitlines():
                 command = line.split("  #")[0]
