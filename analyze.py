@@ -103,6 +103,18 @@ NAMES = {"params_active": "active parameters N (count)", "params_unique_nonembed
          "base16_d128": "Base, 16 layers", "moe16_d128": "MoE, 16 layers", "looped8x2_d128": "Looped, 8 layers × 2",
          "looped_moe8x2_d128": "Looped-MoE, 8 layers × 2", "loopmoe_k4": "LoopMoE, K = 4",
          "ee_loop_3200": "early-exit loop, 3,200 steps",
+         # the comparisons the records' verdict figures draw (lab/figures.py's plot_differences)
+         "looped_moe_minus_looped": "α: Looped-MoE − Looped", "moe_minus_looped_moe": "α: MoE − Looped-MoE",
+         "base_minus_looped": "α: Base − Looped",
+         "looped_minus_base_at_depth_8": "JSD at depth 8: Looped − Base",
+         "looped_moe_minus_moe_at_depth_8": "JSD at depth 8: Looped-MoE − MoE",
+         "looped_boundary_drop_minus_elsewhere": "Looped: JSD drop at the boundary − elsewhere",
+         "looped_moe_boundary_drop_minus_elsewhere": "Looped-MoE: JSD drop at the boundary − elsewhere",
+         "phi_above_0": "φ − 0", "phi_below_1": "φ − 1", "phi_vs_paper": "φ − the paper's 0.46",
+         "none_N2": "no residual scale: optimum at N = 2 − at N = 1",
+         "none_N4": "no residual scale: optimum at N = 4 − at N = 1",
+         "none_minus_sqrt": "growth exponent: none − 1/√N", "sqrt_minus_linear": "growth exponent: 1/√N − 1/N",
+         "shared_minus_nonshared": "increment cosine: shared − non-shared",
          # Chen et al.'s routing phases and IterAdaLN gate, as records/chen2026.md tests them (passes from 1)
          "entry_cosine_01_minus_12": "entry: cos(passes 1, 2) − cos(passes 2, 3)",
          "core_jaccard_12_minus_23": "core: Jaccard(passes 2, 3) − Jaccard(passes 3, 4)",
