@@ -115,6 +115,23 @@ NAMES = {"params_active": "active parameters N (count)", "params_unique_nonembed
          "none_N4": "no residual scale: optimum at N = 4 − at N = 1",
          "none_minus_sqrt": "growth exponent: none − 1/√N", "sqrt_minus_linear": "growth exponent: 1/√N − 1/N",
          "shared_minus_nonshared": "increment cosine: shared − non-shared",
+         **{f"{a}_minus_{b}_{c}": f"L*, {flops}: {name}"  # Lee et al.'s loss order, at each budget
+            for a, b, name in (("looped_moe", "moe", "Looped-MoE − MoE"),
+                               ("base", "looped_moe", "Base − Looped-MoE"), ("looped", "base", "Looped − Base"))
+            for c, flops in (("3e11", "3×10¹¹ FLOPs"), ("1e12", "10¹² FLOPs"), ("3e12", "3×10¹² FLOPs"))},
+         **{f"layer_{i}_identical_minus_half": f"layer {i}: share of tokens keeping both experts − ½"
+            for i in range(1, 9)},
+         "base_minus_paper": "α of Base − the paper's 0.076",
+         "looped_moe_minus_paper": "α of Looped-MoE − the paper's 0.077",
+         "unique_minus_linear": "experts per token at K = 4 − linear growth (24)",
+         "unique_minus_independent": "experts per token at K = 4 − independent draws (21.0)",
+         "rho_4_minus_rho_1": "ρ at K = 4 − ρ at K = 1",
+         "phi_high_minus_low": "φ on the upper two budgets − on the lower two",
+         "hc_minus_passthrough": "validation loss: hyper-connections − passthrough",
+         "linear_flat": "1/N: growth exponent of the residual norm",
+         "nonshared_uncorrelated": "non-shared stack: mean increment cosine",
+         "factorized_N2": "factorized: optimum at N = 2 − at N = 1",
+         "factorized_N4": "factorized: optimum at N = 4 − at N = 1",
          # Chen et al.'s routing phases and IterAdaLN gate, as records/chen2026.md tests them (passes from 1)
          "entry_cosine_01_minus_12": "entry: cos(passes 1, 2) − cos(passes 2, 3)",
          "core_jaccard_12_minus_23": "core: Jaccard(passes 2, 3) − Jaccard(passes 3, 4)",
