@@ -7,8 +7,9 @@ tests/figure_checks.py), with the slide conventions of analyze.py. `python scali
 import math
 
 import numpy as np
+import scipy.stats
 
-from analyze import figure, flops_name, group_name, readable, save  # the slide conventions
+from analyze import figure, flops_name, group_name, plt, readable, save  # the slide conventions (Agg pyplot)
 
 
 def plot_isoflop(result, path):
@@ -143,9 +144,7 @@ def plot_differences(family, path, unit):
     A panel spans three times its seeds' reach (and its margins): an interval of two seeds over a family can be a
     hundred times wider; it is cut at the edge, its end written. family: a `python -m lab.fits family` result; unit:
     the x axis, "what (unit)"."""
-    import scipy.stats  # (a figure's interval; the tests are lab/verdicts.py's)
     names = [n for n, e in family.items() if isinstance(e, dict) and "per_seed" in e]
-    import matplotlib.pyplot as plt  # (figures only)
     fig, axes = plt.subplots(len(names), 1, figsize=(7.0, 0.4 + 1.5 * len(names)), squeeze=False)
     shown = {}
     for ax, n in zip(axes[:, 0], names):
