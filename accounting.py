@@ -259,27 +259,7 @@ def kv_cache_per_token(model):
     return max(widths), sum(w * f for w, f in zip(widths, runs))
 
 
-def tokens_for_budget(flops_budget, model, convention="lee", seq_len=None):
-    """D = C / (training FLOPs per token)."""
-    return flops_budget / flops_per_token(model, convention, seq_len)
-
-
 def model_on_meta(model_cfg):
     """Build a model without allocating its weights (paper-scale models cost nothing)."""
     with torch.device("meta"):
         return GPT(model_cfg)
-
-
-def accounting(model, convention="lee", flops_budget=0.0, seq_len=None):
-    """Everything `scaling.py count` prints, as a dict."""
-    out = count_params(model)
-    out["flops_convention"] = convention
-    out["flops_per_token"] = flops_per_token(model, convention, seq_len)
-    for conv in CONVENTIONS:
-        out[f"flops_per_token_{conv}"] = flops_per_token(model, conv, seq_len)
-    out["forward_flops_per_token"] = forward_flops_per_token(model, seq_len)
-    out["kv_cache_per_token_layer"], out["kv_cache_per_token"] = kv_cache_per_token(model)
-    if flops_budget > 0:
-        out["flops_budget"] = flops_budget
-        out["tokens"] = flops_budget / out["flops_per_token"]
-    return out

@@ -19,11 +19,12 @@ initialised from the config keys, so every analysis also works at initialisation
 coordcheck build and train their own models from initialisation (the section on how the residual stream grows).
 
 One code path: hidden states come from the model's own depth walk (model.states -> (Label, h) per effective
-layer, model.readout for the logit lens) and routing from moe.record_routing; nothing here re-implements a forward.
+layer, model.readout for the logit lens) and routing from record_routing; nothing here re-implements a forward.
 Two things beside the analyses live here too: the slide conventions every figure of the project shares (readable
 names, log ticks, a PNG beside its JSON), and LoopMoE's capacity balancing (Chen et al. §3.4: capacity_report,
 match_flops, rebalance), which the configs of its ladder were designed with and active_params reads.
 """
+import contextlib
 import dataclasses
 import json
 import math
@@ -46,8 +47,7 @@ from tqdm import tqdm  # noqa: E402
 import kernels  # noqa: E402
 import moe  # noqa: E402
 from configurator import ConfigError, configure, run  # noqa: E402
-from checkpoint import load_model, run_provenance  # noqa: E402
-from distributed import use_device  # noqa: E402
+from runs import load_model, run_provenance, use_device  # noqa: E402
 from optim import make_optimizer, train_step  # noqa: E402
 from loop import RESIDUAL_RULES, residual_multiplier  # noqa: E402
 from model import GPT, Block, GPTConfig  # noqa: E402
@@ -319,7 +319,16 @@ def mean_cosine(x, y):
 
 
 # =====================================================================================================================
-# Collecting states and records: the model's own walk (its states and conditioning), moe.py's routing records
+# Collecting states and records: the model's own walk (its states and conditioning), the MoE layers' routing
+#
+#     with record_routing(model) as records:
+#         model(idx)
+#
+# appends one dict per MoE call: {layer, loop, shape, experts (N,K), gates (N,K), router_input (N,C)} (detached, on
+# the CPU); `layer` is the physical layer index, `loop` the pass the block ran in. Nothing is recorded outside the
+# `with`; an eager model only. What is measured from the records: how often a token's experts change between the
+# passes of a loop (Lee et al. 2026, arXiv:2605.09165, routing divergence) and how many distinct experts a token
+# touches over the passes (Chen et al. 2026, arXiv:2606.04438, §3.4: the input of capacity balancing, rebalance).
 
 
 def collect_states(model, idx):
@@ -328,12 +337,71 @@ def collect_states(model, idx):
         return model.states(idx)
 
 
+@contextlib.contextmanager
+def record_routing(model):
+    """`with record_routing(model) as records:` every MoE call inside appends one dict (see the comment
+    above), on an eager model (a compiled block would record tensors of its trace)."""
+    layers = moe.moe_layers(model)
+    if not layers:
+        raise ValueError("record_routing: this model has no MoE layers (set n_expert > 0)")
+    if any(getattr(m, "_compiled_call_impl", None) is not None for m in model.modules()):  # nn.Module.compile's
+        raise ValueError("record_routing: the model's blocks are compiled; record routing on an eager model")
+    records = []
+    for m in layers:
+        m._records = records
+    try:
+        yield records
+    finally:
+        for m in layers:
+            m._records = None
+
+
+def passes_by_layer(records):
+    """Group records into passes: {layer: [[record of loop 0, loop 1, ...] for each forward pass]}."""
+    out = {}
+    for r in records:
+        passes = out.setdefault(r["layer"], [])
+        if r["loop"] == 0 or not passes:
+            passes.append([])
+        passes[-1].append(r)
+    return out
+
+
+def unique_experts(ids_by_loop, n_expert):
+    """Distinct experts a token has used after each of the K passes of one layer (Chen et al. 2026,
+    arXiv:2606.04438, §3.4 'Measurement', App. A.4). ids_by_loop: K tensors (N, k) of expert ids -> a list of K
+    means over the N tokens."""
+    seen = torch.zeros(ids_by_loop[0].size(0), n_expert, dtype=torch.bool)
+    out = []
+    for ids in ids_by_loop:
+        seen.scatter_(1, ids.long(), True)
+        out.append(seen.sum(1).double().mean().item())
+    return out
+
+
+def unique_experts_per_token(records, n_expert):
+    """unique_experts after the last pass, per physical layer, averaged over the recorded forward passes (weighted
+    by their tokens): {layer: distinct experts per token}."""
+    result = {}
+    for layer, passes in passes_by_layer(records).items():
+        tokens = [group[0]["experts"].size(0) for group in passes]
+        final = [unique_experts([r["experts"] for r in group], n_expert)[-1] for group in passes]
+        result[layer] = sum(n * u for n, u in zip(tokens, final)) / sum(tokens)
+    return result
+
+
+def independent_unique_experts(n_expert, top_k, n_loop):
+    """Distinct experts per token over n_loop iterations if each iteration picked k experts uniformly at random,
+    independently: E*(1 - (1 - k/E)^K). An upper-bound estimate when no trained model is at hand."""
+    return n_expert * (1.0 - (1.0 - top_k / n_expert) ** n_loop)
+
+
 def routing_records(model, batches):
     """{(layer, loop): {"experts": (N, k), "gates": (N, k), "router_input": (N, C)}} over every token of `batches`,
-    recorded by moe.record_routing during ordinary forward passes."""
+    recorded by record_routing during ordinary forward passes."""
     out = defaultdict(lambda: defaultdict(list))
     for idx in tqdm(batches, desc="routing", leave=False):
-        with torch.no_grad(), moe.record_routing(model) as records:
+        with torch.no_grad(), record_routing(model) as records:
             model(idx)
         for r in records:
             for key in ("experts", "gates", "router_input"):
@@ -637,7 +705,7 @@ def run_active_params(cfg, model_cfg):
     result = {}
     for name, model, _ in models:
         recs, layers = looped_routing(name, model, batches)
-        uniq = {str(layer): moe.unique_experts([recs[(layer, k)]["experts"] for k in loops], model.config.n_expert)
+        uniq = {str(layer): unique_experts([recs[(layer, k)]["experts"] for k in loops], model.config.n_expert)
                 for layer, loops in layers.items()}
         mean_uniq = np.mean(list(uniq.values()), 0)
         reports = [capacity_report(dataclasses.replace(model.config, n_loop=k + 1), float(u))
@@ -672,7 +740,7 @@ def draw_active_params(result, cfg):
 # (accounting.py's units); the configs of LoopMoE's rungs were designed with it, and active_params reads it.
 #
 # capacity_report() gives the attention/FFN active ratio rho, stored params N and per-token executed (FLOP) params
-# F of a config; moe.unique_experts_per_token() measures how many distinct experts a token touches over the loop
+# F of a config; unique_experts_per_token() measures how many distinct experts a token touches over the loop
 # iterations from routing records; match_flops() fits the expert width to a target F and the expert count to a
 # target N; rebalance() scales the MLA ranks, with the expert width refitted at fixed F, until rho reaches a target,
 # then restores N. F is strict by default: it counts everything a token executes, IterAdaLN's modulators included
@@ -719,7 +787,7 @@ def capacity_report(config, unique_experts=None, count_conditioning=True):
     embeddings, routers, per-loop conditioning) and per-token executed params F (count_params' params_active, the
     FLOPs proxy, 2F per token forward). Attention weights are reused across loops, so they count once in A_attn; a
     shared MoE layer run K times touches `unique_experts` distinct routed experts per token (measured with
-    moe.unique_experts_per_token, default top_k, i.e. no new experts after the first pass) plus its shared experts.
+    unique_experts_per_token, default top_k, i.e. no new experts after the first pass) plus its shared experts.
     Shared experts count in A_ffn, routers in neither.
     count_conditioning: whether F counts the per-token work of the per-loop conditioning (IterAdaLN's modulators).
     Chen et al. match F without saying whether it includes them; True (the default) is the strict reading, a token's
@@ -800,8 +868,8 @@ def rebalance(config, target_rho, unique_experts, target_params=None, target_flo
     the input config's). t > 1 (A_attn up, A_ffn down) where looping lowered rho, the paper's case; t < 1 where rho
     is above the target, e.g. after narrow experts paid for IterAdaLN's modulators at fixed F. Ranks and widths are
     rounded to `multiple`, so rho and F land close to, not exactly on, their targets.
-    unique_experts: distinct routed experts per token over the loop (moe.unique_experts_per_token, or
-    moe.independent_unique_experts as an upper-bound estimate). count_conditioning: see capacity_report.
+    unique_experts: distinct routed experts per token over the loop (unique_experts_per_token, or
+    independent_unique_experts as an upper-bound estimate). count_conditioning: see capacity_report.
     Returns the new GPTConfig."""
     if config.attn != "mla" or config.n_expert == 0:
         raise ValueError("rebalance needs an MoE model with attn='mla' (it scales the MLA latent ranks)")

@@ -1,8 +1,8 @@
 """
 Checkpoints and the rules that keep a run's work safe:
 - refusing training settings no run can use (check_training; GPTConfig's own refusals are model.py's);
-- reading a run's checkpoint (one file, or the torch.distributed.checkpoint directory of an --fsdp run) and
-  loading its model, as every script that reads a run does (load_model);
+- reading a run's checkpoint (one file, or the torch.distributed.checkpoint directory of an --fsdp run), to resume
+  it here and, in runs.py, to load its model for every script that studies a run;
 - opening a run directory: a new run never replaces an existing one by accident, a resume continues only the
   same run (every difference refused unless --resume_changes allows it), the leftovers of a kill are cleaned up;
 - writing checkpoints atomically, and the collapse guard (Checkpoints): a collapsed or diverged model is never
@@ -22,11 +22,9 @@ import warnings
 import torch
 import torch.distributed as dist
 
-import kernels
 from configurator import EXIT_RESUMABLE, ConfigError  # noqa: F401 (EXIT_RESUMABLE: the exit code of a stopped run)
 from distributed import read_scalars, weights_finite
-from model import GPT, GPTConfig
-from runlog import provenance
+from model import GPTConfig
 
 
 def read_checkpoint(path, device="cpu", weights=True):
@@ -63,37 +61,6 @@ def read_sharded_model(path, device="cpu"):
         warnings.simplefilter("ignore", UserWarning)
         dcp.load({"model": model}, checkpoint_id=path, no_dist=True)
     return model
-
-
-def checkpoint_of(run_dir):
-    """The checkpoint in a run directory: ckpt.pt, or ckpt/ (DCP) of an --fsdp run; any other path as it is."""
-    if not os.path.isdir(run_dir) or os.path.exists(os.path.join(run_dir, "run.pt")):
-        return run_dir
-    sharded = os.path.join(run_dir, "ckpt")
-    return sharded if os.path.isdir(sharded) else os.path.join(run_dir, "ckpt.pt")
-
-
-def run_provenance(run_dirs, script, argv):
-    """What a study of these runs' checkpoints names in its JSON so that it regenerates (records/README.md): its
-    command, the code's commit and the sha256 of each checkpoint read (early_exit.py, eval.py, analyze.py)."""
-    return provenance([checkpoint_of(d) for d in run_dirs], ["python", script] + list(argv))
-
-
-def load_model(run_dir, device="cpu"):
-    """(model in eval mode, checkpoint dict) from a run directory's checkpoint (or a path to one). On the CPU with
-    the run's CPU fast paths (train.py's cpu_kernels, on unless the run turned them off), as the run computed."""
-    path = checkpoint_of(run_dir)
-    ckpt = read_checkpoint(path, device)
-    train_config = ckpt.get("train_config") if isinstance(ckpt.get("train_config"), dict) else {}
-    fast = kernels.wanted(device, train_config.get("cpu_kernels", True))  # the run's CPU fast paths, on a CPU
-    try:
-        model = GPT(GPTConfig(**ckpt["model_config"]), cpu_kernels=fast)
-        model.load_state_dict(ckpt["model"])
-    except (TypeError, ValueError, RuntimeError, AttributeError) as e:  # a damaged or foreign config or state dict
-        raise ConfigError(f"{path} holds a model this code cannot build or load ({type(e).__name__}: "
-                          f"{str(e).splitlines()[0][:100]}): it was damaged or comes from another program; train "
-                          "again or use another run") from None
-    return model.to(device).eval(), ckpt
 
 
 # -----------------------------------------------------------------------------------------------------------------

@@ -316,11 +316,6 @@ def file_sha256(path, chunk=1 << 24):
     return h.hexdigest()
 
 
-def token_checksums(data_dir):
-    """{file name: sha256} of a prepared directory's token files, as meta.json records them."""
-    return {f"{s}.bin": file_sha256(os.path.join(data_dir, f"{s}.bin")) for s in ("train", "val")}
-
-
 def verify_checksums(data_dir, meta, verify=None):
     """The token files against the sha256 meta.json records: when verify, or (verify None) when they are small
     (CHECKSUM_MAX_BYTES)."""
@@ -452,18 +447,6 @@ def load_for_run(cfg, env, T, run_tokens):
     env.say(f"data: {data_dir} ({meta['tokenizer']}, {share}{meta['train_tokens']:,} train / {meta['val_tokens']:,} "
             f"val tokens), unigram entropy of the training tokens {data.unigram_entropy():.4f} nats")
     return data
-
-
-def json_lines(path, advice, prefix=""):
-    """(line number, row) of each non-blank line of a JSON-lines file; a line that is not JSON (or not UTF-8) stops
-    in one line naming the file and line, then `advice`."""
-    with open(path, "rb") as f:
-        for n, line in enumerate(f, 1):
-            if line.strip():
-                try:
-                    yield n, json.loads(line.decode("utf-8"))
-                except ValueError as e:  # UnicodeDecodeError is one too
-                    raise ConfigError(f"{prefix}{path}, line {n}: not a JSON row ({str(e)[:80]}): {advice}") from None
 
 
 def to_device(x, y, device):

@@ -35,18 +35,6 @@ def pick_device(name):
     return name
 
 
-def use_device(cfg, say=lambda line: None):
-    """The device of a script that runs models (sample, eval, early_exit, analyze) from its device and threads keys:
-    pick_device's choice, and on the CPU torch's thread count (cpu_threads; not said unless `say` is given: these
-    scripts' output is their results, and a refusal is one line)."""
-    if cfg["threads"] < 0:
-        raise ConfigError(f"config error: --threads={cfg['threads']} must be >= 0 (0 = auto)")
-    device = pick_device(cfg["device"])
-    if device == "cpu":
-        torch.set_num_threads(cpu_threads(cfg["threads"], say))
-    return device
-
-
 Env = namedtuple("Env", "ddp rank world_size local_rank master device device_type dtype ctx accum say")
 
 

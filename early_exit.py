@@ -30,10 +30,9 @@ from contextlib import nullcontext
 import numpy as np
 import torch
 
-from checkpoint import load_model, run_provenance
+from runs import load_model, run_provenance, use_device
 from configurator import ConfigError, configure
 from data import TokenData, default_data_dir, hf_of
-from distributed import use_device
 from exits import (CRITERIA, FILLS, check_criterion, decode_criteria, decode_flops, depth_labels, exit_candidates,
                    exit_costs, generate_with_exit, log_probs, readout, scored_candidates, threshold_exits)
 from analyze import layout, readable

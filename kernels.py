@@ -14,7 +14,7 @@ cpu_kernels=True calls these instead:
                       makes several full-size passes, a large part of a step for a 50k vocabulary)
 
 The switch is train.py's `cpu_kernels` (on by default, used in eager CPU runs only, recorded in config.json: a
-resume with it changed is refused); every script that loads a run applies the run's setting (checkpoint.load_model).
+resume with it changed is refused); every script that loads a run applies the run's setting (runs.load_model).
 The choice is made where the model is built, `GPT(config, cpu_kernels=kernels.wanted(device, on))`: each module then
 calls the function below or torch's own operation (model.py names each at its one call), never swapped later.
 tests/test_kernels.py pins each fast path to the plain operation, values and gradients.

@@ -36,8 +36,8 @@ import numpy as np
 from tqdm import tqdm
 
 from configurator import ConfigError, configure, run
-from data import (FINEWEB_EDU, TokenData, default_data_dir, get_tokenizer, hf_of, match_files, package_dir,
-                  preparation_needed, prepared_from, read_meta, token_checksums, token_dtype)
+from data import (FINEWEB_EDU, TokenData, default_data_dir, file_sha256, get_tokenizer, hf_of, match_files,
+                  package_dir, preparation_needed, prepared_from, read_meta, token_dtype)
 
 # -----------------------------------------------------------------------------
 # corpora: lists of (group, name, text) documents
@@ -103,6 +103,11 @@ def write_json(path, obj):
     with open(tmp, "w") as f:
         json.dump(obj, f, indent=1)
     os.replace(tmp, path)
+
+
+def token_checksums(data_dir):
+    """{file name: sha256} of a prepared directory's token files, as meta.json records them."""
+    return {f"{s}.bin": file_sha256(os.path.join(data_dir, f"{s}.bin")) for s in ("train", "val")}
 
 
 def write_tokens(path, docs, eot, dtype, max_tokens=None):

@@ -7,12 +7,9 @@ train.py makes one RunLog and calls it at its log, evaluation and end steps; ran
 scalars of a log line together (distributed.read_scalars).
 """
 import contextlib
-import hashlib
 import json
 import math
 import os
-import shlex
-import subprocess
 import time
 
 import torch
@@ -171,56 +168,3 @@ def format_time(seconds):
     if seconds >= 3600:
         return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
     return f"{seconds // 60}m{seconds % 60:02d}s"
-
-
-# -----------------------------------------------------------------------------------------------------------------
-# provenance: what a result names so that it regenerates (records/README.md): the code's commit and its inputs' sha256
-
-SNAPSHOT_REVISION = ".snapshot_revision"  # a snapshot's commit, in a file at its top (ignored by git)
-
-
-def git(root, *args):
-    return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=True).stdout
-
-
-def snapshot_revision(repo):
-    """The commit of a tree without git whose top holds SNAPSHOT_REVISION (an archive snapshot, or the copy a lent
-    GPU machine gets), else None; a checkout (a .git at its top) always asks git."""
-    path = os.path.join(repo, SNAPSHOT_REVISION)
-    if os.path.exists(os.path.join(repo, ".git")) or not os.path.isfile(path):
-        return None
-    with open(path) as f:
-        return f.read().strip()
-
-
-def git_revision(repo):
-    """HEAD's full hash, '+dirty' when tracked files differ from it; in a snapshot (which lies inside the checkout's
-    ignored out/, so git would name the checkout's HEAD), the commit it was made from."""
-    if snapshot_revision(repo):
-        return snapshot_revision(repo)
-    try:
-        dirty = git(repo, "status", "--porcelain", "--untracked-files=no").strip()
-        return git(repo, "rev-parse", "HEAD").strip() + ("+dirty" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):  # no git, or not a checkout
-        return "unknown"
-
-
-def file_sha256(path):
-    """The sha256 of a file; of a directory (a sharded checkpoint), of its files' names and bytes in sorted order."""
-    digest = hashlib.sha256()
-    files = [path] if not os.path.isdir(path) else sorted(
-        os.path.join(d, f) for d, _, names in os.walk(path) for f in names)
-    for name in files:
-        if os.path.isdir(path):
-            digest.update(os.path.relpath(name, path).encode())
-        with open(name, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):  # in blocks: a checkpoint may be larger than memory
-                digest.update(block)
-    return digest.hexdigest()
-
-
-def provenance(inputs, command):
-    """What a committed result JSON names so that it regenerates (records/README.md): the command, quoted to run as
-    printed in a shell, the code's commit (HEAD, '+dirty' when tracked files differ) and each input's sha256."""
-    return dict(command=shlex.join(command), code=git_revision(os.path.dirname(os.path.abspath(__file__))),
-                inputs={p: file_sha256(p) for p in inputs})

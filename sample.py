@@ -7,8 +7,7 @@ import torch
 
 from configurator import ConfigError, configure, run
 from data import get_tokenizer
-from checkpoint import load_model
-from distributed import use_device
+from runs import load_model, use_device
 from exits import FILLS as _FILLS, decode_criteria, generate_with_exit, summarize_generation  # (_FILLS: not a key)
 
 ckpt = "out/default"  # run directory (or path to a ckpt.pt) written by train.py

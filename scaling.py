@@ -22,7 +22,8 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
 import train
-from accounting import accounting, block_executions, model_on_meta
+import accounting
+from accounting import block_executions, model_on_meta
 from checkpoint import check_training
 from configurator import ConfigError, configure, run
 from lab import fits, sweep
@@ -178,6 +179,21 @@ def measured_flops_per_token(model_cfg, seed=0, B=2):
     return counter.get_total_flops() / (B * T)
 
 
+def counts(model, convention="lee", flops_budget=0.0, seq_len=None):
+    """Everything `scaling.py count` prints, as a dict."""
+    out = accounting.count_params(model)
+    out["flops_convention"] = convention
+    out["flops_per_token"] = accounting.flops_per_token(model, convention, seq_len)
+    for conv in accounting.CONVENTIONS:
+        out[f"flops_per_token_{conv}"] = accounting.flops_per_token(model, conv, seq_len)
+    out["forward_flops_per_token"] = accounting.forward_flops_per_token(model, seq_len)
+    out["kv_cache_per_token_layer"], out["kv_cache_per_token"] = accounting.kv_cache_per_token(model)
+    if flops_budget > 0:
+        out["flops_budget"] = flops_budget
+        out["tokens"] = flops_budget / out["flops_per_token"]
+    return out
+
+
 def main_count(argv):
     # train.py's keys are accepted too, so every training config counts as it is (its vocab_size, not the data's)
     cfg, model_cfg = configure({**train.defaults(), **COUNT_KEYS}, GPTConfig, argv, doc_source=train.__file__,
@@ -190,9 +206,9 @@ def main_count(argv):
     if not cfg["gpu_gib"] > 0:
         raise ConfigError(f"config error: --gpu_gib={cfg['gpu_gib']} must be > 0")
     model = model_on_meta(model_cfg)
-    out = accounting(model, cfg["flops_convention"], cfg["flops_budget"], cfg["seq_len"] or None)
+    out = counts(model, cfg["flops_convention"], cfg["flops_budget"], cfg["seq_len"] or None)
     if cfg["measure_flops"]:  # the schwethelm count at block_size, beside what torch counts running the model
-        schwethelm = accounting(model, "schwethelm")["flops_per_token"]
+        schwethelm = accounting.flops_per_token(model, "schwethelm")
         measured = measured_flops_per_token(model_cfg, cfg["seed"])
         out["measured_flops_per_token"] = measured
         out["schwethelm_over_measured"] = schwethelm / measured

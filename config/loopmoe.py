@@ -9,7 +9,7 @@
 # experts (112 -> 216): the reverse of the paper's direction. Stored params 3056.408M, per-token params 895.614M
 # (Vanilla: 3057.676M, 894.988M), rho 0.462 (Vanilla rho* 0.462) at 23.70 unique routed experts per token over the 4
 # iterations (independent-routing estimate E(1-(1-k/E)^K) at the IterAdaLN rung's E = 718, an upper bound [inferred];
-# measure it with moe.unique_experts_per_token on a trained IterAdaLN rung and rerun analyze.rebalance).
+# measure it with analyze.unique_experts_per_token on a trained IterAdaLN rung and rerun analyze.rebalance).
 import os
 
 # the rung below, then what this rung changes

@@ -8,7 +8,7 @@
 # and widens the experts (8 -> 18): the reverse of the paper's direction. Stored params 2.073M, per-token params 1.153M
 # (Vanilla: 2.083M, 1.161M), rho 0.394 (Vanilla rho* 0.398) at 11.75 unique routed experts per token over the 2
 # iterations (independent-routing estimate E(1-(1-k/E)^K) at the IterAdaLN rung's E = 145, an upper bound; measure it
-# with moe.unique_experts_per_token on the trained CPU IterAdaLN rung and rerun analyze.rebalance).
+# with analyze.unique_experts_per_token on the trained CPU IterAdaLN rung and rerun analyze.rebalance).
 import os
 
 # the rung below, then what this rung changes

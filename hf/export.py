@@ -33,7 +33,7 @@ import shutil
 import torch
 
 import data
-from checkpoint import load_model
+from runs import load_model
 from configurator import ConfigError, configure, run
 from model import GPT, GPTConfig
 

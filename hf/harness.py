@@ -16,12 +16,11 @@ import sys
 import torch
 
 import early_exit
-from checkpoint import load_model
+from runs import load_model
 import eval as ev
 from configurator import ConfigError, configure, run
-from distributed import use_device
-from eval import Scorer, Setting, depth_settings, rolling_windows, run_tokenizer
-from tasks import LOOPMOE_HARNESS
+from runs import use_device
+from eval import LOOPMOE_HARNESS, Scorer, Setting, depth_settings, rolling_windows, run_tokenizer
 
 _HARNESS_CLASS = []
 

@@ -98,7 +98,7 @@ class LoopedForCausalLM(PreTrainedModel, GenerationMixin):
 
     def __init__(self, config):
         super().__init__(config)
-        # the exported run's CPU fast paths (kernels.py), as checkpoint.load_model builds it on a CPU; on another
+        # the exported run's CPU fast paths (kernels.py), as runs.load_model builds it on a CPU; on another
         # device they compute the same values with more ops
         self.gpt = GPT(GPTConfig(**config.gpt), cpu_kernels=config.cpu_kernels)
         self.weights_aligned = False

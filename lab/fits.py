@@ -28,7 +28,7 @@ from lab import figures
 from lab.batch_minimize import minimize_batch, one_blas_thread, pool, progress
 from lab.sweep import check_pattern, load_spec, plan, read_results
 from lab.verdicts import main_test
-from runlog import provenance
+from runs import provenance
 
 # -----------------------------------------------------------------------------------------------------------------
 # scaling-law fits (numpy/scipy only)

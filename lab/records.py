@@ -41,7 +41,7 @@ whole: `1e-3=0.001.per_seed:.3f` draws the seeds' losses at LR 0.001.
     python -m lab.records            rewrite every block of records/*.md from its JSON
     python -m lab.records --check    exit 1 naming each block that differs from its JSON (tests/test_records.py)
 
-The JSON itself names the command that wrote it, the code's commit and its inputs' sha256 (fits.provenance);
+The JSON itself names the command that wrote it, the code's commit and its inputs' sha256 (runs.provenance);
 tests/test_records.py reruns the fast commands and compares.
 """
 import glob

@@ -71,8 +71,8 @@ from accounting import count_params, flops_per_token, model_on_meta
 from checkpoint import check_training
 from configurator import EXIT_RESUMABLE, ConfigError, cli_arg, configure, run
 from model import GPTConfig
-from data import TOKENIZER_VOCAB, json_lines  # a named tokenizer sets the vocabulary (data.training_vocab)
-from runlog import SNAPSHOT_REVISION, file_sha256, git, git_revision, snapshot_revision  # provenance
+from data import TOKENIZER_VOCAB  # a named tokenizer sets the vocabulary (data.training_vocab)
+from runs import SNAPSHOT_REVISION, file_sha256, git, git_revision, json_lines, snapshot_revision  # provenance
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the checkout: specs and records are relative to it
 TRAIN_PY = os.path.join(REPO, "train.py")  # describes the keys

@@ -25,7 +25,7 @@ from configurator import ConfigError, run
 from lab import figures
 from lab.records import lookup
 from lab.sweep import read_results
-from runlog import provenance
+from runs import provenance
 
 
 # ---- the records' statistical standard (records/README.md): tests over training seeds ----

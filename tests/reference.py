@@ -36,7 +36,7 @@ import early_exit as ee  # noqa: E402
 
 import exits  # noqa: E402
 import eval as ev  # noqa: E402
-import moe  # noqa: E402
+import analyze  # noqa: E402
 import optim  # noqa: E402
 from data import get_tokenizer  # noqa: E402
 from distributed import native_bf16  # noqa: E402
@@ -134,7 +134,7 @@ def family_outputs(name):
         out["sampled"] = model.generate(prompt, 8, temperature=1.0, top_k=20,
                                         generator=torch.Generator().manual_seed(5))
         if model.config.n_expert:
-            with moe.record_routing(model) as records:
+            with analyze.record_routing(model) as records:
                 model(x)
             for i, r in enumerate(records):
                 out[f"routing/{i}/{r['layer']}/{r['loop']}/experts"] = r["experts"]
@@ -273,7 +273,7 @@ def write_checkpoints(folder):
 
 def checkpoint_outputs(folder):
     """The logits of each saved checkpoint, loaded as every script loads a run."""
-    from checkpoint import load_model
+    from runs import load_model
     x = batch(1)[0]
     out = {}
     for name in CHECKPOINTS:

@@ -14,7 +14,6 @@ import torch
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 import analyze  # noqa: E402
-import moe  # noqa: E402
 from figure_checks import figure_problems  # noqa: E402
 from configurator import ConfigError  # noqa: E402
 from model import GPT, GPTConfig  # noqa: E402
@@ -100,7 +99,7 @@ def test_overlap_jaccard_unique():
     cats = analyze.overlap_categories(a, b)
     assert cats == pytest.approx({"identical": 0.25, "partial": 0.5, "disjoint": 0.25})
     assert analyze.expert_jaccard(a, b) == pytest.approx((1 + 1 / 3 + 0 + 1 / 3) / 4)
-    assert moe.unique_experts([a, b], 8) == pytest.approx([2.0, (2 + 3 + 4 + 3) / 4])
+    assert analyze.unique_experts([a, b], 8) == pytest.approx([2.0, (2 + 3 + 4 + 3) / 4])
     with pytest.raises(ValueError, match="same shape"):
         analyze.overlap_categories(a, b[:, :1])
     x = torch.randn(5, 4)
@@ -381,15 +380,15 @@ def test_routing_subcommands(tmp_path, looped_moe_ckpt):
 
 
 def test_unique_experts_agrees_with_routing(looped_moe_ckpt):
-    from checkpoint import load_model
+    from runs import load_model
     model, _ = load_model(looped_moe_ckpt)
     idx = torch.randint(64, (2, 16), generator=torch.Generator().manual_seed(0))
-    with torch.no_grad(), moe.record_routing(model) as records:
+    with torch.no_grad(), analyze.record_routing(model) as records:
         model(idx)
     recs = analyze.routing_records(model, [idx])
     for layer, loops in analyze.loop_layers(recs).items():
-        ours = moe.unique_experts([recs[(layer, k)]["experts"] for k in loops], 4)
-        assert ours[-1] == pytest.approx(moe.unique_experts_per_token(records, 4)[layer])
+        ours = analyze.unique_experts([recs[(layer, k)]["experts"] for k in loops], 4)
+        assert ours[-1] == pytest.approx(analyze.unique_experts_per_token(records, 4)[layer])
 
 
 def test_nonshared_stack_and_loop_steps():

@@ -390,7 +390,7 @@ def make_data_dir(path, train, val, vocab_size=50257):
     np.asarray(train, np.uint16).tofile(os.path.join(path, "train.bin"))
     np.asarray(val, np.uint16).tofile(os.path.join(path, "val.bin"))
     meta = dict(tokenizer="gpt2", vocab_size=vocab_size, eot=vocab_size - 1, dtype="uint16", train_tokens=len(train),
-                val_tokens=len(val), sha256=data.token_checksums(str(path)))
+                val_tokens=len(val), sha256=prepare.token_checksums(str(path)))
     json.dump(meta, open(os.path.join(path, "meta.json"), "w"))
     return data.TokenData(str(path))
 

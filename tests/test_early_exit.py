@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-import data  # noqa: E402
+import prepare  # noqa: E402
 import early_exit as ee  # noqa: E402
 import accounting  # noqa: E402
 import exits  # noqa: E402
@@ -556,7 +556,7 @@ def test_command_line_writes_json_png_and_table(tmp_path, capsys):
         rng.integers(0, V, n).astype(np.uint16).tofile(data_dir / f"{split}.bin")
     (data_dir / "meta.json").write_text(json.dumps(dict(tokenizer="byte", vocab_size=V, eot=V - 1, dtype="uint16",
                                                          train_tokens=4000, val_tokens=3000,
-                                                         sha256=data.token_checksums(str(data_dir)))))
+                                                         sha256=prepare.token_checksums(str(data_dir)))))
     runs = []
     for i in range(3):
         model = tiny_gpt(seed=i) if i < 2 else tiny_looped(i, loop_cond="loopformer", cond_init="normal")
@@ -602,7 +602,7 @@ def test_an_elastic_budget_beyond_the_model_is_one_line(tmp_path):
         np.random.default_rng(0).integers(0, V, n).astype(np.uint16).tofile(data_dir / f"{split}.bin")
     (data_dir / "meta.json").write_text(json.dumps(dict(tokenizer="byte", vocab_size=V, eot=V - 1, dtype="uint16",
                                                          train_tokens=4000, val_tokens=3000,
-                                                         sha256=data.token_checksums(str(data_dir)))))
+                                                         sha256=prepare.token_checksums(str(data_dir)))))
     with pytest.raises(ConfigError, match="--budget=2: .* has n_loop=1; a budget M must satisfy 1 <= M <= 1"):
         ee.main([f"--ckpt={tmp_path}", "--mode=elastic", "--budget=2", f"--data_dir={data_dir}",
                  f"--out_dir={tmp_path}", "--eval_tokens=256", "--block_size=32"])

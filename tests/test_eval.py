@@ -25,7 +25,6 @@ import early_exit as ee
 import exits
 import eval as ev
 from hf import harness
-import tasks
 from configurator import ConfigError
 from data import get_tokenizer
 from model import GPT
@@ -71,7 +70,7 @@ def test_scores_of_a_model_with_known_log_probabilities():
     model, table = bigram_model()
     rng = random.Random(1)
     alphabet = "abcdefgh é—ü"
-    mc = tasks.Task("t", "mc", None, None, "x", None, None, "acc")
+    mc = ev.Task("t", "mc", None, None, "x", None, None, "acc")
     word = lambda: "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 6)))  # noqa: E731
     items = [dict(query=f"Q{i}: pick one\nA:", choices=[word() for _ in range(4)], gold=i % 4) for i in range(16)]
     scorers = [ev.Scorer(model, BYTE, shared=True), ev.Scorer(model, BYTE, shared=False)]
@@ -89,18 +88,18 @@ def test_scores_of_a_model_with_known_log_probabilities():
         sensitive["norm"] += argmax(lls) != argmax(per_char)
         sensitive["bytes"] += argmax(per_char) != argmax(per_byte)
         for scorer in scorers:
-            res = scorer.score([[ev.encode_pair(BYTE, c, t) for c, t in tasks.requests(mc, d)]])[0]
+            res = scorer.score([[ev.encode_pair(BYTE, c, t) for c, t in ev.requests(mc, d)]])[0]
             assert [r[0] for r in res] == pytest.approx(lls, abs=1e-4)
             got = ev.item_metrics(mc, d, res)
             assert {k: got[k] for k in want} == pytest.approx(want, abs=1e-5)
     assert sensitive["norm"] and sensitive["bytes"], "the items must tell acc, acc_norm and acc_bytes apart"
 
     # WinoGrande's partial scoring: two contexts, one continuation
-    part = tasks.Task("w", "partial", None, None, "x", None, None, "acc")
-    d = tasks._winogrande(dict(sentence="The cup did not fit in the bag because _ was too big.", option1="the cup",
+    part = ev.Task("w", "partial", None, None, "x", None, None, "acc")
+    d = ev._winogrande(dict(sentence="The cup did not fit in the bag because _ was too big.", option1="the cup",
                             option2="the bag", answer="2"))
     hand = [hand_ll(table, c, " " + d["target"]) for c in d["contexts"]]
-    res = scorers[0].score([[ev.encode_pair(BYTE, c, t) for c, t in tasks.requests(part, d)]])[0]
+    res = scorers[0].score([[ev.encode_pair(BYTE, c, t) for c, t in ev.requests(part, d)]])[0]
     assert [r[0] for r in res] == pytest.approx([h[0] for h in hand], abs=1e-4)
     got = ev.item_metrics(part, d, res)
     assert got["acc"] == float(hand[1][0] > hand[0][0])
@@ -111,7 +110,7 @@ def test_scores_of_a_model_with_known_log_probabilities():
     for _ in range(5):
         row = table[greedy[-1] % len(table)]
         greedy.append(max(range(256), key=row.__getitem__))
-    lm = tasks.Task("l", "lm", None, None, "x", None, None, "acc", "")
+    lm = ev.Task("l", "lm", None, None, "x", None, None, "acc", "")
     for answer, acc in ((bytes(greedy[1:]).decode("latin-1"), 1.0), ("zzzzz", 0.0)):
         if acc == 1.0:  # the greedy chain may leave ASCII: score its bytes directly
             res = scorers[1].score([[(list(b"Answer:"), greedy[1:])]])[0]
@@ -254,23 +253,23 @@ def resolve_math(query):
 
 
 def test_generated_probes_are_seeded_and_their_answers_are_right():
-    for name in tasks.PROBES:
-        a, b = tasks.probe_docs(name, 20, seed=3), tasks.probe_docs(name, 20, seed=3)
-        assert a == b and a != tasks.probe_docs(name, 20, seed=4)
-        assert a != tasks.probe_docs(name, 20, seed=3, split="train")  # the few-shot pool is another stream
-    for d in tasks.probe_docs("varassign_d1_code", 30, 0) + tasks.probe_docs("varassign_d0_code", 30, 0):
+    for name in ev.PROBES:
+        a, b = ev.probe_docs(name, 20, seed=3), ev.probe_docs(name, 20, seed=3)
+        assert a == b and a != ev.probe_docs(name, 20, seed=4)
+        assert a != ev.probe_docs(name, 20, seed=3, split="train")  # the few-shot pool is another stream
+    for d in ev.probe_docs("varassign_d1_code", 30, 0) + ev.probe_docs("varassign_d0_code", 30, 0):
         assert run_program(d["query"]) == d["answer"] and 1 <= int(d["answer"]) <= 25
-    for d in tasks.probe_docs("varassign_d1_math", 30, 0):
+    for d in ev.probe_docs("varassign_d1_math", 30, 0):
         assert resolve_math(d["query"]) == d["answer"]
         assert len(re.findall(r"\b\w=\d+", d["query"])) == 5 and len(re.findall(r"\b\w=[a-z]\b", d["query"])) == 5
-    d = tasks.probe_docs("induction_head", 1, 0)[0]
+    d = ev.probe_docs("induction_head", 1, 0)[0]
     first, repeat = d["query"].split("\n")
     assert first.split()[6:] == d["answer"].split() and repeat.split() == first.split()[:6]
 
 
 def test_missing_data_names_the_dataset_and_the_fetch_command(tmp_path):
     with pytest.raises(ConfigError, match=r"Rowan/hellaswag.*python eval.py --fetch --tasks=hellaswag"):
-        tasks.build_items(tasks.TASKS["hellaswag"], str(tmp_path), 0, 0, 0)
+        ev.build_items(ev.TASKS["hellaswag"], str(tmp_path), 0, 0, 0)
 
 
 def test_held_out_text_reads_the_validation_split_text_files_and_parquet(tmp_path):
@@ -330,7 +329,7 @@ def harness_task(name):
     cfg = load_yaml(os.path.join(os.path.dirname(lm_eval.__file__), "tasks", HARNESS_YAML[name]))
     splits = {}
     for fname in os.listdir(os.path.join(FIXTURES, name)):
-        splits[fname.split(".")[0]] = datasets.Dataset.from_list(tasks.read_rows(os.path.join(FIXTURES, name, fname)))
+        splits[fname.split(".")[0]] = datasets.Dataset.from_list(ev.read_rows(os.path.join(FIXTURES, name, fname)))
     cfg["custom_dataset"] = lambda **kw: datasets.DatasetDict(splits)
     return ConfigurableTask(config=cfg)
 
@@ -352,21 +351,21 @@ def harness_pairs(task, doc, i, shots=()):
 
 def test_requests_equal_lm_evaluation_harness_for_every_task_format():
     for name in HARNESS_YAML:
-        ours = tasks.TASKS[name]
+        ours = ev.TASKS[name]
         theirs = harness_task(name)
-        docs = tasks.task_docs(ours, ours.split, FIXTURES, 0)
+        docs = ev.task_docs(ours, ours.split, FIXTURES, 0)
         their_docs = list(theirs.eval_docs)
         assert len(docs) == len(their_docs), name
-        pool = tasks.task_docs(ours, ours.fewshot_split, FIXTURES, 0) if ours.fewshot_split else []
+        pool = ev.task_docs(ours, ours.fewshot_split, FIXTURES, 0) if ours.fewshot_split else []
         their_pool = list(theirs.fewshot_docs()) if pool and theirs.has_training_docs() else []
         for i, (d, hd) in enumerate(zip(docs, their_docs)):
             pairs = harness_pairs(theirs, hd, i)
             if name == "webqs":  # the harness scores every accepted answer (its few-shot examples break on them: a
                 pairs = pairs[:1]  # list of indices); we score the first one as the gold continuation
-            assert tasks.requests(ours, d) == pairs, name
+            assert ev.requests(ours, d) == pairs, name
             if their_pool and name != "webqs":
                 theirs_with_shots = harness_pairs(theirs, hd, i, their_pool[:2])[:len(pairs)]
-                assert tasks.requests(ours, d, pool[:2]) == theirs_with_shots, name
+                assert ev.requests(ours, d, pool[:2]) == theirs_with_shots, name
 
 
 def test_rolling_windows_equal_lm_evaluation_harness():
@@ -461,17 +460,17 @@ def test_harness_adapter_gives_eval_py_scores_through_simple_evaluate(tmp_path):
                                   task_manager=TaskManager(include_defaults=False, include_path=str(tmp_path)),
                                   bootstrap_iters=0, log_samples=False)["results"]
     scorer = ev.Scorer(model, BYTE, setting)
-    mc = tasks.Task("fx_mc", "mc", None, None, "validation", None, lambda r: tasks._mc(
+    mc = ev.Task("fx_mc", "mc", None, None, "validation", None, lambda r: ev._mc(
         f"Question: {r['question']}\nAnswer:", r["choices"], r["gold"]), "acc")
-    mine = ev.evaluate_task(scorer, mc, [(mc.doc(r), tasks.requests(mc, mc.doc(r))) for r in MC_ROWS], progress=False)
+    mine = ev.evaluate_task(scorer, mc, [(mc.doc(r), ev.requests(mc, mc.doc(r))) for r in MC_ROWS], progress=False)
     for m in ("acc", "acc_norm", "acc_bytes"):
         assert out["fx_mc"][f"{m},none"] == pytest.approx(mine[m])
     for task, ours in (("fx_wino", "winogrande"), ("fx_lambada", "lambada_openai")):
-        mine = ev.evaluate_task(scorer, tasks.TASKS[ours], tasks.build_items(tasks.TASKS[ours], FIXTURES, 0, 0, 0),
+        mine = ev.evaluate_task(scorer, ev.TASKS[ours], ev.build_items(ev.TASKS[ours], FIXTURES, 0, 0, 0),
                                 progress=False)
         for m in ("acc", "perplexity") if ours == "lambada_openai" else ("acc",):
             assert out[task][f"{m},none"] == pytest.approx(mine[m], rel=1e-6)
-    texts = [r["text"] for r in tasks.read_rows(os.path.join(FIXTURES, "lambada_openai", "test.jsonl"))]
+    texts = [r["text"] for r in ev.read_rows(os.path.join(FIXTURES, "lambada_openai", "test.jsonl"))]
     mine = ev.evaluate_perplexity(scorer, "fx", [BYTE.encode(t) for t in texts], progress=False)
     for m in ("word_perplexity", "byte_perplexity", "bits_per_byte"):
         assert out["fx_rolling"][f"{m},none"] == pytest.approx(mine[m], rel=1e-6)
@@ -559,7 +558,7 @@ def test_damaged_task_rows_are_one_line_naming_the_row(tmp_path, damage, says):
     path = tmp_path / "arc_easy" / "test.jsonl"
     path.write_text("".join(damage(open(path).readlines())))
     with pytest.raises(ConfigError, match=re.escape(says)):
-        tasks.build_items(tasks.TASKS["arc_easy"], str(tmp_path), 0, 0, None)
+        ev.build_items(ev.TASKS["arc_easy"], str(tmp_path), 0, 0, None)
 
 
 def committed_evaluations():

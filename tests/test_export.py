@@ -22,7 +22,7 @@ import torch
 
 import eval as ev
 from hf import export, harness
-from checkpoint import load_model
+from runs import load_model
 from configurator import ConfigError
 from data import get_tokenizer
 from exits import generate_with_exit

@@ -14,12 +14,12 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-import checkpoint
 import configurator
 import data
+import prepare
+import runs
 import eval as ev
 from hf import harness
-import tasks
 from configurator import ConfigError, configure
 from model import GPTConfig
 
@@ -64,7 +64,7 @@ def prepared(tmp_path_factory):
     np.asarray(val, np.uint16).tofile(folder / "val.bin")
     (folder / "meta.json").write_text(json.dumps(dict(tokenizer="byte", vocab_size=257, eot=256, dtype="uint16",
                                                       train_tokens=2000, val_tokens=600,
-                                                      sha256=data.token_checksums(str(folder)))))
+                                                      sha256=prepare.token_checksums(str(folder)))))
     return folder
 
 
@@ -84,7 +84,7 @@ def test_damaged_checkpoints(tmp_path, name, how):
     path = tmp_path / name
     shutil.copy(os.path.join(HERE, "fixtures", "checkpoints", name), path)
     damage(path, how)
-    one_line_or_fine(lambda: checkpoint.load_model(str(path)))
+    one_line_or_fine(lambda: runs.load_model(str(path)))
 
 
 @settings(**FUZZ)
@@ -94,7 +94,7 @@ def test_damaged_eval_rows(tmp_path, how):
     shutil.rmtree(folder, ignore_errors=True)
     shutil.copytree(os.path.join(HERE, "fixtures", "eval", "arc_easy"), folder / "arc_easy")
     damage(folder / "arc_easy" / "test.jsonl", how)
-    one_line_or_fine(lambda: tasks.build_items(tasks.TASKS["arc_easy"], str(folder), 0, 0, None))
+    one_line_or_fine(lambda: ev.build_items(ev.TASKS["arc_easy"], str(folder), 0, 0, None))
 
 
 @settings(**FUZZ)
@@ -150,7 +150,8 @@ def places(tmp_path_factory):
         np.asarray(np.arange(n_val) % min(vocab, 257), np.uint16).tofile(folder / "val.bin")
         (folder / "meta.json").write_text(json.dumps(dict(source="offline", tokenizer=tokenizer, vocab_size=vocab,
                                                           eot=vocab - 1, dtype="uint16", train_tokens=n_train,
-                                                          val_tokens=n_val, sha256=data.token_checksums(str(folder)))))
+                                                          val_tokens=n_val,
+                                                          sha256=prepare.token_checksums(str(folder)))))
         return str(folder)
     (d / "notes.txt").write_text("not a checkpoint, a config file or a results file\n")
     (d / "long.txt").write_text("And the " * 20)

@@ -371,7 +371,7 @@ def test_records_of_a_hand_built_router():
 
     plans = {0: [(0, 1), (2, 3), (3, 0)], 1: [(1, 2), (2, 3), (0, 2)]}
     assert m._records is None
-    with moe.record_routing(torch.nn.ModuleList([m])) as records:
+    with analyze.record_routing(torch.nn.ModuleList([m])) as records:
         for loop, pairs in plans.items():
             m(torch.stack([token(i, j) for i, j in pairs]).view(1, 3, 32), loop)
     assert m._records is None  # recording is off again
@@ -383,32 +383,32 @@ def test_records_of_a_hand_built_router():
         assert rec["experts"].tolist() == [list(p) for p in pairs]
         torch.testing.assert_close(rec["gates"], gate.repeat(3, 1))
         torch.testing.assert_close(rec["router_input"], torch.stack([token(i, j) for i, j in pairs]))
-    assert moe.unique_experts_per_token(records, 4) == {5: pytest.approx((3 + 2 + 3) / 3)}
+    assert analyze.unique_experts_per_token(records, 4) == {5: pytest.approx((3 + 2 + 3) / 3)}
 
 
 def test_unique_experts_estimates():
-    assert moe.independent_unique_experts(8, 2, 1) == pytest.approx(2.0)
-    assert moe.independent_unique_experts(8, 2, 2) == pytest.approx(8 * (1 - 0.75 ** 2))
+    assert analyze.independent_unique_experts(8, 2, 1) == pytest.approx(2.0)
+    assert analyze.independent_unique_experts(8, 2, 2) == pytest.approx(8 * (1 - 0.75 ** 2))
     # two forward passes of one layer with two loops each
     rec = lambda loop, e: dict(layer=0, loop=loop, experts=torch.tensor(e))  # noqa: E731
     records = [rec(0, [[0, 1]]), rec(1, [[0, 1]]), rec(0, [[0, 1]]), rec(1, [[2, 3]])]
-    assert moe.unique_experts_per_token(records, 4) == {0: pytest.approx(3.0)}
+    assert analyze.unique_experts_per_token(records, 4) == {0: pytest.approx(3.0)}
 
 
 def test_records_from_a_gpt_forward():
     cfg = small_config(n_layer=3, moe_first_dense=1)
     model = GPT(cfg).init_weights(0)
     assert model.blocks[0].ffn.__class__ is MLP and isinstance(model.blocks[2].ffn, moe.MoE)
-    with moe.record_routing(model) as records:
+    with analyze.record_routing(model) as records:
         model(torch.randint(0, 257, (2, 7)))
     assert [(r["layer"], r["loop"]) for r in records] == [(1, 0), (2, 0)]
     assert records[0]["experts"].shape == (14, 2) and records[0]["router_input"].shape == (14, 32)
     with pytest.raises(ValueError, match="no MoE layers"):
-        with moe.record_routing(GPT(small_config(n_expert=0))):
+        with analyze.record_routing(GPT(small_config(n_expert=0))):
             pass
     model.compile(backend="eager")  # a compiled block would record tensors of its trace: refused, in one line
     with pytest.raises(ValueError, match="record routing on an eager model"):
-        with moe.record_routing(model):
+        with analyze.record_routing(model):
             pass
 
 
@@ -884,8 +884,8 @@ def test_sparse_cpu_presets_match_active_params(name):
 def test_records_carry_the_loop_index_of_a_looped_model():
     cfg = small_config(n_layer=2, n_loop=2, n_prelude=1, moe_first_dense=1)
     model = GPT(cfg).init_weights(0)
-    with moe.record_routing(model) as records:
+    with analyze.record_routing(model) as records:
         model(torch.randint(0, 257, (1, 5)))
     assert [(r["layer"], r["loop"]) for r in records] == [(1, 0), (2, 0), (1, 1), (2, 1)]
-    unique = moe.unique_experts_per_token(records, cfg.n_expert)
+    unique = analyze.unique_experts_per_token(records, cfg.n_expert)
     assert set(unique) == {1, 2} and all(2.0 <= u <= 4.0 for u in unique.values())

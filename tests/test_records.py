@@ -34,7 +34,7 @@ sys.path.insert(0, ROOT)
 from lab import records  # noqa: E402
 from lab import verdicts  # noqa: E402
 from lab.sweep import file_sha256, load_spec  # noqa: E402
-import runlog  # noqa: E402
+import runs  # noqa: E402
 
 RECORDS = sorted(glob.glob(os.path.join(ROOT, "records", "*2026.md")))  # one per paper (README.md holds the rules)
 
@@ -373,7 +373,7 @@ def test_a_result_rewritten_where_it_lies_names_the_clean_commit(tmp_path, monke
         held = [tmp_path / f for f in files]
         for path in held:
             path.write_text("committed\n")
-        monkeypatch.setattr(runlog, "git_revision", lambda repo, held=held: "abc" + (
+        monkeypatch.setattr(runs, "git_revision", lambda repo, held=held: "abc" + (
             "+dirty" if any(p.read_bytes() != b"committed\n" for p in held) else ""))
         run()
         assert json.loads(held[0].read_text())["provenance"]["code"] == "abc", files

@@ -173,7 +173,7 @@ def test_schwethelm_table6_tokens(s):
     for r in (1, 2, 4):
         model = accounting.model_on_meta(preset("isodepth", n_embd=64 * s, n_loop=r, n_layer=16 // r))
         for C in BUDGETS:
-            ours = accounting.tokens_for_budget(C, model, "schwethelm")
+            ours = C / accounting.flops_per_token(model, "schwethelm")
             assert ours == pytest.approx(C / table6_train_flops(s, r), rel=1e-12), (s, C, r)
     for C, paper, variant in zip(BUDGETS, SCHWETHELM_TOKENS[s], TABLE6_VARIANT[s]):
         if paper is not None:
@@ -443,7 +443,7 @@ def test_injection_ablation_tokens():
     for overrides, paper in ((dict(injection="linear"), 955e6), (dict(injection="additive"), 973e6),
                              (dict(injection="none"), 973e6), (dict(injection="none", hc_lanes=2), 973e6)):
         model = accounting.model_on_meta(preset("isodepth", n_embd=640, n_loop=4, n_layer=4, **overrides))
-        assert abs(accounting.tokens_for_budget(1e18, model, "schwethelm") / paper - 1) < 0.005, overrides
+        assert abs(1e18 / accounting.flops_per_token(model, "schwethelm") / paper - 1) < 0.005, overrides
 
 
 # -----------------------------------------------------------------------------------------------------------------

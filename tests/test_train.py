@@ -17,7 +17,7 @@ import checkpoint
 import runlog
 import train
 from configurator import ConfigError, configure
-from checkpoint import load_model
+from runs import load_model
 from model import GPT, CrossEntropy, GPTConfig
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -26,6 +26,7 @@ from distributed import pick_device
 from model import GPT, MLP, GPTConfig
 import kernels
 import moe
+from analyze import record_routing
 from tools.bench import check_lists_and_out, runnable_dtypes
 from distributed import cpu_threads
 
@@ -108,7 +109,7 @@ def bench_models(base_cfg, dtype, dev, path_list):
         for s in steppers[name]:
             time_steps(s, cfg["warmup"], dev)
         if c.n_expert and name.startswith("MoE"):
-            with moe.record_routing(model) as records:
+            with record_routing(model) as records:
                 steppers[name][1]()
             loads = [torch.bincount(r["experts"].flatten(), minlength=c.n_expert).float() for r in records]
             imbalance[name.split("/")[0]] = statistics.mean((l.max() / l.mean()).item() for l in loads)

@@ -1,10 +1,10 @@
 """Self-check of COURSE.md's Lecture 10 exercise: a generated probe whose answer is the words reversed.
 
-The exercise: add a probe "reverse_words" to tasks.py: a random sequence of six words, then "Reversed:", and as the
+The exercise: add a probe "reverse_words" to eval.py: a random sequence of six words, then "Reversed:", and as the
 gold continuation the same words in reverse order. This script reads the probe's documents and checks them against
 their own query:
 
-  1. tasks.PROBES and tasks.TASKS have "reverse_words";
+  1. eval.PROBES and eval.TASKS have "reverse_words";
   2. every document's answer is its query's six words in reverse order;
   3. the documents are seeded: the same seed gives the same ones, another seed others;
   4. eval.py can build its request: the query as context, the answer as the continuation.
@@ -20,13 +20,13 @@ from selfcheck import Checks, use_project
 
 def main(argv):
     use_project(argv)
-    import tasks
+    import eval as ev
     check = Checks()
-    if not check('1. tasks.PROBES and tasks.TASKS have "reverse_words"',
-                 lambda: ("reverse_words" in tasks.PROBES and "reverse_words" in tasks.TASKS, "")):
+    if not check('1. eval.PROBES and eval.TASKS have "reverse_words"',
+                 lambda: ("reverse_words" in ev.PROBES and "reverse_words" in ev.TASKS, "")):
         check.not_run(["2. reversed", "3. seeded", "4. requests"], "check 1 failed")
         return check.status()
-    docs = tasks.probe_docs("reverse_words", 20, 0)
+    docs = ev.probe_docs("reverse_words", 20, 0)
 
     def reversed_words():
         for doc in docs:
@@ -38,13 +38,13 @@ def main(argv):
     check("2. each answer is its query's six words in reverse order", reversed_words)
 
     def seeded():
-        again, other = tasks.probe_docs("reverse_words", 20, 0), tasks.probe_docs("reverse_words", 20, 1)
+        again, other = ev.probe_docs("reverse_words", 20, 0), ev.probe_docs("reverse_words", 20, 1)
         return again == docs and other != docs, "" if again == docs else "the same seed gave other documents"
 
     check("3. the same seed gives the same documents, another seed others", seeded)
 
     def requests():
-        (context, continuation), = tasks.requests(tasks.TASKS["reverse_words"], docs[0])
+        (context, continuation), = ev.requests(ev.TASKS["reverse_words"], docs[0])
         ok = context.endswith(docs[0]["query"]) and continuation.strip() == docs[0]["answer"]
         return ok, f"context ...{context[-40:]!r}, continuation {continuation!r}"
 
