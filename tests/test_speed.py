@@ -111,3 +111,28 @@ def test_keep_freed_memory_sets_glibc_options():
     """train.py keeps large freed blocks (the logits and their gradient) in the heap on CPU; mallopt returns 1
     only for options it knows and accepts."""
     assert distributed.keep_freed_memory() is True
+
+
+def test_side_by_side_alternates_two_trees_and_reports_their_ratio(tmp_path):
+    """tools/side_by_side.py against a second copy of this tree's code: each tree's step runs in a process of its
+    own, the rounds alternate, and the JSON holds every round of both and the median ratio inside its interval. The
+    other tree is a copy whose benchmark counts its steps in a file, so the test sees that tree did the work."""
+    import shutil
+    import subprocess
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    other = tmp_path / "other"
+    shutil.copytree(root, other, ignore=shutil.ignore_patterns(".git", "out", "data", "records", "course", "tests",
+                                                               ".hypothesis", "__pycache__"))
+    bench_py = other / "tools" / "bench.py"
+    bench_py.write_text(bench_py.read_text().replace(
+        "    def step():\n", "    def step():\n        open('steps.txt', 'a').write('.')\n"))
+    out = tmp_path / "sbs.json"
+    run = subprocess.run([sys.executable, "-m", "tools.side_by_side", str(other), "--rounds=2", "--steps=2",
+                          "--batch_size=2", "--n_layer=1", "--n_embd=32", "--head_dim=16", "--block_size=16",
+                          f"--out={out}"], cwd=root, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr[-2000:]
+    res = json.loads(out.read_text())
+    assert len(res["seconds"]["this"]) == len(res["seconds"]["other"]) == 2 and res["model"]["n_embd"] == 32
+    assert res["interval"][0] <= res["ratio"] <= res["interval"][1]
+    assert (other / "steps.txt").read_text() == "." * (3 + 2 * 2)  # the warm-up steps, then two rounds of two
+    assert "this / other:" in run.stdout
