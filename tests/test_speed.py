@@ -129,7 +129,7 @@ def test_side_by_side_alternates_two_trees_and_reports_their_ratio(tmp_path):
     out = tmp_path / "sbs.json"
     run = subprocess.run([sys.executable, "-m", "tools.side_by_side", str(other), "--rounds=2", "--steps=2",
                           "--batch_size=2", "--n_layer=1", "--n_embd=32", "--head_dim=16", "--block_size=16",
-                          f"--out={out}"], cwd=root, capture_output=True, text=True)
+                          "--core=-1", f"--out={out}"], cwd=root, capture_output=True, text=True)
     assert run.returncode == 0, run.stderr[-2000:]
     res = json.loads(out.read_text())
     assert len(res["seconds"]["this"]) == len(res["seconds"]["other"]) == 2 and res["model"]["n_embd"] == 32

@@ -56,16 +56,17 @@ for line in sys.stdin:
 
 
 def serve(tree, model_keys, cfg):
-    """A server process in `tree` (see _SERVER), built and ready."""
+    """A server process in `tree` (see _SERVER), started: ready() waits until it has built its step."""
     pin = ["taskset", "-c", str(cfg["core"])] if cfg["core"] >= 0 and shutil.which("taskset") else []
-    proc = subprocess.Popen(pin + [sys.executable, "-c", _SERVER, json.dumps(model_keys), str(cfg["batch_size"])],
-                            cwd=tree,
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    return subprocess.Popen(pin + [sys.executable, "-c", _SERVER, json.dumps(model_keys), str(cfg["batch_size"])],
+                            cwd=tree, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                             env=dict(os.environ, OMP_NUM_THREADS="1"))
+
+
+def ready(proc, tree):
     if proc.stdout.readline().strip() != "ready":
         proc.wait()
         raise ConfigError(f"side_by_side: the tree at {tree} could not build its benchmark's step (see above)")
-    return proc
 
 
 def median_interval(ratios, draws=4000, seed=0):
@@ -90,7 +91,10 @@ def main(argv=None):
     given = {f.split("=", 1)[0][2:] for f in argv if f.startswith("--")}
     model_keys = {k: v for k, v in model_cfg.to_dict().items() if k in given}  # the other tree's own defaults else
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    procs = {"this": serve(here, model_keys, cfg), "other": serve(os.path.abspath(trees[0]), model_keys, cfg)}
+    folders = {"this": here, "other": os.path.abspath(trees[0])}
+    procs = {who: serve(folder, model_keys, cfg) for who, folder in folders.items()}  # both build at once
+    for who, proc in procs.items():
+        ready(proc, folders[who])
     times = {"this": [], "other": []}
     for r in range(cfg["rounds"]):
         for who in ("other", "this") if r % 2 == 0 else ("this", "other"):
