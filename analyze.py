@@ -141,17 +141,40 @@ NAMES = {"params_active": "active parameters N (count)", "params_unique_nonembed
          "range_loopmoe_layer1": "LoopMoE, layer 1: gate range, pass 2 − pass 1",
          "range_loopmoe_layer2": "LoopMoE, layer 2: gate range, pass 2 − pass 1",
          "gate_iteradaln_minus_paper": "IterAdaLN: mean gate ᾱ (layer 2, pass 2) − the paper's 1.61",
-         "gate_loopmoe_minus_paper": "LoopMoE: mean gate ᾱ (layer 2, pass 2) − the paper's 1.61"}
+         "gate_loopmoe_minus_paper": "LoopMoE: mean gate ᾱ (layer 2, pass 2) − the paper's 1.61",
+         # Chen et al.'s probes against Vanilla MoE (MODEL/PROBE) and Jeddi et al.'s representation metrics
+         **{f"{m}/{probe}": f"{NAME}: {what}" for m, NAME in (("loop_base", "Loop Base"), ("iteradaln", "+ IterAdaLN"),
+                                                              ("loopmoe", "LoopMoE"),
+                                                              ("iteradaln_loose", "+ IterAdaLN (loose)"),
+                                                              ("loopmoe_loose", "LoopMoE (loose)"))
+            for probe, what in (("induction_head", "induction-head probe"), ("varassign", "variable assignment"),
+                                ("text", "held-out text"))},
+         "cka": "1 − CKA(first step, last step)", "anisotropy": "range of anisotropy over the steps",
+         "curvature": "range of curvature over the steps", "prompt_entropy": "range of prompt entropy over the steps"}
 SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
 
 
 def readable(name):
-    """A name as a slide says it: the map's, or a run's (NAME_sSEED) as its arch's with its seed."""
+    """A name as a slide says it: the map's, a run's (NAME_sSEED) as its arch's with its seed, or an early-exit
+    comparison (A<B@SAVED, lab/verdicts.exit_comparisons) as the difference it tests."""
     name = str(name)
     run = re.fullmatch(r"(.+)_s(\d+)", name)
     if name not in NAMES and run:
         return f"{readable(run.group(1))}, seed {run.group(2)}"
+    pair = re.fullmatch(r"(.+)<(.+)@(0\.\d+)", name)
+    if name not in NAMES and pair:
+        return f"{exit_model(pair.group(1))} − {exit_model(pair.group(2))}, {float(pair.group(3)):.0%} saved"
     return NAMES.get(name, name.replace("_", " "))
+
+
+def exit_model(name):
+    """A model of Lee et al.'s early-exit study as the paper names it: Looped, Base..., LxK for Looped-MoE with L
+    layers run K times, @N its training steps, @nearest the schedule nearest in full-depth perplexity."""
+    m = re.fullmatch(r"(\d+)x(\d+)(?:@(\w+))?", name)
+    if not m:
+        return name
+    at = {None: "", "nearest": " (nearest perplexity)"}.get(m.group(3), f", {m.group(3)} steps")
+    return f"Looped-MoE {m.group(1)}×{m.group(2)}{at}"
 
 
 def group_name(keys, values):

@@ -336,7 +336,8 @@ def main_test(argv):
         raise ConfigError("usage: python -m lab.fits ttest|tost|holm VALUE ... [--margin=M] [--looks=K] | "
                           "family NAME=D1,D2,... ... [--margin=M] [--looks=K] [--out=F.json [--figure=AXIS]] | "
                           "elastic LF.json PLAIN.json ... | probes EVAL.json ... --reference=MODEL | "
-                          "exits EE.json ... --pairs=A<B,... | representation R.json ... --model=A --reference=B | "
+                          "exits EE.json ... --pairs=A<B,... | representation R.json ... --model=A --reference=B "
+                          "(probes, exits, representation: [--out=F.json [--figure=AXIS]]) | "
                           "table rows|exits|elastic SOURCE ... --out=F.json"
                           + (f" ({argv[0]!r} is not one)" if argv else ""))
     opts = test_options(argv)
@@ -456,9 +457,9 @@ def main_family(argv, opts):
 # the options of each `python -m lab.fits` command, with the type of their value
 TEST_OPTIONS = dict(ttest=dict(looks=int), tost=dict(margin=float, looks=int), holm=dict(looks=int),
                     family=dict(margin=float, looks=int, out=str, figure=str),
-                    elastic=dict(margin=float, out=str), probes=dict(reference=str, out=str),
-                    exits=dict(pairs=str, measure=str, saved=str, out=str),
-                    representation=dict(model=str, reference=str, out=str),
+                    elastic=dict(margin=float, out=str), probes=dict(reference=str, out=str, figure=str),
+                    exits=dict(pairs=str, measure=str, saved=str, out=str, figure=str),
+                    representation=dict(model=str, reference=str, out=str, figure=str),
                     table=dict(row=str, value=str, seeds=str, column=str, columns=str, keep=str, reference=str,
                                relative_to=str, out=str))
 
@@ -494,7 +495,10 @@ def write_result(path, out, prov):
 
 
 def main_test_files(argv, opts, paths):
-    """The commands of main_test that read result JSONs (one per seed)."""
+    """The commands of main_test that read result JSONs (one per seed). --figure="AXIS (UNIT)" (probes, exits,
+    representation): also OUT_seeds.png, the family's per-seed differences as family --figure draws them."""
+    if opts.get("figure") and not opts.get("out"):
+        raise ConfigError(f"fits.py {argv[0]} --figure=LABEL draws beside its JSON: give --out=F.json too")
     prov = provenance(paths, ["python", "-m", "lab.fits"] + list(argv))  # before any file is written (write_result)
     if argv[0] == "exits":
         measure = opts.get("measure", "absolute")
@@ -503,6 +507,9 @@ def main_test_files(argv, opts, paths):
                               "(the penalty in percent of full-depth perplexity)")
         out = exit_comparisons(paths, opts.get("pairs", "Looped<Base,Looped<MoE").split(","), measure,
                                opts["saved"].split(",") if "saved" in opts else None)
+        if opts.get("figure") and not out["comparisons"]:  # (before anything is written)
+            raise ConfigError("fits.py exits: no comparison to draw: --pairs and --saved name none the JSONs hold "
+                              "(savings as they write them, e.g. 0.30)")
         out["provenance"] = prov
         if opts.get("out"):
             write_result(opts["out"], out, prov)
@@ -510,6 +517,8 @@ def main_test_files(argv, opts, paths):
             unit = "points" if measure == "relative" else "nats"
             print(f"{name:28s} per seed {' '.join(f'{d:+.3f}' for d in r['per_seed'])}  mean {r['mean']:+.3f} {unit}, "
                   f"p {r['p']:.3f}, Holm {r['holm_p']:.3f}: {r['verdict']}")
+        if opts.get("figure"):
+            figures.plot_differences(out["comparisons"], opts["out"].removesuffix(".json") + "_seeds", opts["figure"])
         return out
     if argv[0] == "elastic":
         seeds = [elastic_gaps(a, b) for a, b in zip(paths[::2], paths[1::2])]
@@ -531,6 +540,8 @@ def main_test_files(argv, opts, paths):
         out = _family({f"{m}/{k}": [s[m][k] for s in seeds] for m in seeds[0] for k in seeds[0][m]})
     if opts.get("out"):
         write_result(opts["out"], out, prov)
+    if opts.get("figure"):  # (elastic takes none: its verdict's figure is the curves above)
+        figures.plot_differences(out, opts["out"].removesuffix(".json") + "_seeds", opts["figure"])
     print(json.dumps(out, indent=1, default=float))
     return out
 

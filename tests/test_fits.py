@@ -949,7 +949,8 @@ def test_the_elastic_curves_of_the_jeddi_verdict_are_drawn_from_its_jsons(monkey
 
 
 def verdict_figures():
-    """The committed figures of `python -m lab.fits family ... --figure=AXIS` (F_seeds.json beside F.json)."""
+    """The committed figures of `python -m lab.fits family|probes|exits|representation ... --figure=AXIS` (F_seeds.json
+    beside F.json)."""
     return sorted(p for p in glob.glob(os.path.join(ROOT, "records", "*", "*_seeds.json"))
                   if os.path.exists(p.removesuffix("_seeds.json") + ".json"))
 
@@ -961,6 +962,7 @@ def test_a_verdict_figure_redraws_from_its_family(path, monkeypatch):
     import shlex
     family = json.load(open(path.removesuffix("_seeds.json") + ".json"))
     argv = shlex.split(family.pop("provenance")["command"])
+    family = family.get("comparisons", family)  # `lab.fits exits` keeps its family under "comparisons"
     axis = next(a.partition("=")[2] for a in argv if a.startswith("--figure="))
     drawn = capture(monkeypatch, write=False)
     figures.plot_differences(family, "unused", axis)
@@ -1076,3 +1078,23 @@ def test_a_familys_figure_draws_each_seed_and_the_interval_its_verdict_uses(tmp_
     assert list(segments[1]) == pytest.approx(shown["n"]["interval"])  # its own panel, its own scale
     assert sorted(t.get_text() for t in fig.axes[0].texts) == sorted(
         [f"← {shown['w']['interval'][0]:+.3g}", f"{shown['w']['interval'][1]:+.3g} →"]) and not fig.axes[1].texts
+
+
+def test_the_per_seed_test_commands_draw_their_family_as_family_does(tmp_path, monkeypatch):
+    """probes, exits and representation --figure: the family their JSON holds, drawn by the same figure as family's
+    (for exits, its "comparisons"), named as a slide names it; without --out it is one line."""
+    drawn = capture(monkeypatch, write=False)
+    L = os.path.join(ROOT, "records", "lee2026", "early_exit_loops_s")
+    out = tmp_path / "exits.json"
+    res = verdicts.main_test(["exits", f"{L}1337.json", f"{L}7.json", f"{L}42.json", "--pairs=2x8<4x4", "--saved=0.30",
+                              f"--out={out}", "--figure=ln perplexity (nats per token)"])
+    ((fig, shown),) = drawn
+    assert list(shown) == ["2x8<4x4@0.30"] and shown["2x8<4x4@0.30"]["per_seed"] == res["comparisons"][
+        "2x8<4x4@0.30"]["per_seed"]
+    assert fig.axes[0].get_title().startswith("Looped-MoE 2×8 − Looped-MoE 4×4, 30% saved\nHolm p ")
+    assert figure_problems(fig) == []
+    with pytest.raises(SystemExit, match="give --out"):
+        verdicts.main_test(["exits", f"{L}1337.json", f"{L}7.json", "--figure=x (nats)"])
+    with pytest.raises(SystemExit, match="no comparison to draw"):
+        verdicts.main_test(["exits", f"{L}1337.json", f"{L}7.json", "--pairs=2x8<4x4", "--saved=0.3", f"--out={out}",
+                            "--figure=x (nats)"])
