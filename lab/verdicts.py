@@ -448,8 +448,7 @@ def main_family(argv, opts):
             r["verdict"] = "inconclusive" if r["holm_p"] >= 0.05 else "lower" if r["mean"] < 0 else "higher"
     if opts.get("out"):
         write_result(opts["out"], out, prov)
-    if opts.get("figure"):  # its slide: OUT's name + _seeds.png, beside a JSON of what it draws
-        figures.plot_differences(out, opts["out"].removesuffix(".json") + "_seeds", opts["figure"])
+    draw_families("family", out, opts)  # its slide: OUT's name + _seeds.png, beside a JSON of what it draws
     print(json.dumps(out, indent=1, default=float))
     return out
 
@@ -457,7 +456,7 @@ def main_family(argv, opts):
 # the options of each `python -m lab.fits` command, with the type of their value
 TEST_OPTIONS = dict(ttest=dict(looks=int), tost=dict(margin=float, looks=int), holm=dict(looks=int),
                     family=dict(margin=float, looks=int, out=str, figure=str),
-                    elastic=dict(margin=float, out=str), probes=dict(reference=str, out=str, figure=str),
+                    elastic=dict(margin=float, out=str, figure=str), probes=dict(reference=str, out=str, figure=str),
                     exits=dict(pairs=str, measure=str, saved=str, out=str, figure=str),
                     representation=dict(model=str, reference=str, out=str, figure=str),
                     table=dict(row=str, value=str, seeds=str, column=str, columns=str, keep=str, reference=str,
@@ -495,8 +494,8 @@ def write_result(path, out, prov):
 
 
 def main_test_files(argv, opts, paths):
-    """The commands of main_test that read result JSONs (one per seed). --figure="AXIS (UNIT)" (probes, exits,
-    representation): also OUT_seeds.png, the family's per-seed differences as family --figure draws them."""
+    """The commands of main_test that read result JSONs (one per seed). --figure="AXIS (UNIT)": also
+    OUT_seeds.png, the family's per-seed differences as family --figure draws them (figure_families)."""
     if opts.get("figure") and not opts.get("out"):
         raise ConfigError(f"fits.py {argv[0]} --figure=LABEL draws beside its JSON: give --out=F.json too")
     prov = provenance(paths, ["python", "-m", "lab.fits"] + list(argv))  # before any file is written (write_result)
@@ -517,8 +516,7 @@ def main_test_files(argv, opts, paths):
             unit = "points" if measure == "relative" else "nats"
             print(f"{name:28s} per seed {' '.join(f'{d:+.3f}' for d in r['per_seed'])}  mean {r['mean']:+.3f} {unit}, "
                   f"p {r['p']:.3f}, Holm {r['holm_p']:.3f}: {r['verdict']}")
-        if opts.get("figure"):
-            figures.plot_differences(out["comparisons"], opts["out"].removesuffix(".json") + "_seeds", opts["figure"])
+        draw_families(argv[0], out, opts)
         return out
     if argv[0] == "elastic":
         seeds = [elastic_gaps(a, b) for a, b in zip(paths[::2], paths[1::2])]
@@ -540,10 +538,33 @@ def main_test_files(argv, opts, paths):
         out = _family({f"{m}/{k}": [s[m][k] for s in seeds] for m in seeds[0] for k in seeds[0][m]})
     if opts.get("out"):
         write_result(opts["out"], out, prov)
-    if opts.get("figure"):  # (elastic takes none: its verdict's figure is the curves above)
-        figures.plot_differences(out, opts["out"].removesuffix(".json") + "_seeds", opts["figure"])
+    draw_families(argv[0], out, opts)
     print(json.dumps(out, indent=1, default=float))
     return out
+
+
+# Jeddi et al.'s elastic verdict holds four Holm families (a comparison per budget M in each): a figure each
+ELASTIC_FAMILIES = {"vs_twin": "LoopFormer − its plain twin cut to M",
+                    "vs_trained_at_M": "LoopFormer − a loop trained at M",
+                    "full_depth_vs_twin": "LoopFormer − its plain twin, full depth",
+                    "matches_trained_at_M": "LoopFormer − a loop trained at M, TOST"}
+
+
+def figure_families(kind, out, axis):
+    """(file suffix, family, axis) of each figure a command's --figure=AXIS draws from its result `out`: the one
+    family it holds (exits: under "comparisons"), or for elastic each of its families, a comparison per budget M."""
+    if kind == "exits":
+        return [("", out["comparisons"], axis)]
+    if kind == "elastic":
+        return [(f"_{name}", {f"M = {M}": e for M, e in out[name].items()}, f"{what}: {axis}")
+                for name, what in ELASTIC_FAMILIES.items() if name in out]
+    return [("", {k: v for k, v in out.items() if k != "provenance"}, axis)]
+
+
+def draw_families(kind, out, opts):
+    """--figure: OUT{suffix}_seeds.png (and .json) for each family of figure_families."""
+    for suffix, family, axis in figure_families(kind, out, opts["figure"]) if opts.get("figure") else []:
+        figures.plot_differences(family, opts["out"].removesuffix(".json") + suffix + "_seeds", axis)
 
 
 if __name__ == "__main__":  # the same commands as `python -m lab.fits ttest|family|table ...`, the name records cite

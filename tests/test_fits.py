@@ -949,21 +949,29 @@ def test_the_elastic_curves_of_the_jeddi_verdict_are_drawn_from_its_jsons(monkey
 
 
 def verdict_figures():
-    """The committed figures of `python -m lab.fits family|probes|exits|representation ... --figure=AXIS` (F_seeds.json
-    beside F.json)."""
-    return sorted(p for p in glob.glob(os.path.join(ROOT, "records", "*", "*_seeds.json"))
-                  if os.path.exists(p.removesuffix("_seeds.json") + ".json"))
+    """The committed figures of a `python -m lab.fits` verdict command's --figure=AXIS: F{suffix}_seeds.json beside
+    the command's F.json (the suffix names one of elastic's families, else it is empty)."""
+    found = []
+    for path in sorted(glob.glob(os.path.join(ROOT, "records", "*", "*_seeds.json"))):
+        base = path.removesuffix("_seeds.json")
+        if any(base.endswith(s) and os.path.exists(base[:len(base) - len(s)] + ".json")
+               for s in [""] + [f"_{n}" for n in verdicts.ELASTIC_FAMILIES]):
+            found.append(path)
+    return found
 
 
 @pytest.mark.parametrize("path", verdict_figures(), ids=os.path.basename)
 def test_a_verdict_figure_redraws_from_its_family(path, monkeypatch):
-    """Each committed verdict figure, redrawn from its family JSON with the axis its command names: the same numbers
-    (per-seed differences, means, the test's intervals), every seed drawn, a slide's checks passed."""
+    """Each committed verdict figure, redrawn from its command's JSON with the axis its command names: the same
+    numbers (per-seed differences, means, the test's intervals), every seed drawn, a slide's checks passed."""
     import shlex
-    family = json.load(open(path.removesuffix("_seeds.json") + ".json"))
-    argv = shlex.split(family.pop("provenance")["command"])
-    family = family.get("comparisons", family)  # `lab.fits exits` keeps its family under "comparisons"
+    base = path.removesuffix("_seeds.json")
+    suffix = next(s for s in [f"_{n}" for n in verdicts.ELASTIC_FAMILIES] + [""]
+                  if base.endswith(s) and os.path.exists(base[:len(base) - len(s)] + ".json"))
+    result = json.load(open(base[:len(base) - len(suffix)] + ".json"))
+    argv = shlex.split(result.pop("provenance")["command"])
     axis = next(a.partition("=")[2] for a in argv if a.startswith("--figure="))
+    family, axis = {s: (f, a) for s, f, a in verdicts.figure_families(argv[3], result, axis)}[suffix]
     drawn = capture(monkeypatch, write=False)
     figures.plot_differences(family, "unused", axis)
     ((fig, shown),) = drawn
