@@ -158,7 +158,7 @@ def test_sample_help_lists_keys_not_module_constants(capsys):
 
 
 SCRIPTS = sorted(f for f in os.listdir(REPO) if f.endswith(".py") and '__name__ == "__main__"' in open(
-    os.path.join(REPO, f)).read()) + ["lab/campaign.py", "tools/side_by_side.py"]
+    os.path.join(REPO, f)).read()) + ["lab/campaign.py", "lab/perturb.py", "tools/side_by_side.py"]
 
 
 def run_script(script, arg, monkeypatch, capsys):

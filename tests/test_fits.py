@@ -1106,3 +1106,31 @@ def test_the_per_seed_test_commands_draw_their_family_as_family_does(tmp_path, m
     with pytest.raises(SystemExit, match="no comparison to draw"):
         verdicts.main_test(["exits", f"{L}1337.json", f"{L}7.json", "--pairs=2x8<4x4", "--saved=0.3", f"--out={out}",
                             "--figure=x (nats)"])
+
+
+def test_perturb_reruns_a_results_command_on_moved_inputs_and_finds_what_moved(tmp_path, capsys):
+    """lab/perturb.py: the command a result JSON names, rerun in a worktree of HEAD on rows whose val_loss moved by
+    1e-12 relative; a result that rounds them lands where it did, one that magnifies them (x 1e9) is caught, and
+    the scratch worktree is gone afterwards."""
+    import subprocess
+    from lab import perturb
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "rows.jsonl").write_text("".join(json.dumps(dict(val_loss=1.0 + i / 7)) + "\n" for i in range(5)))
+    (repo / "make.py").write_text(
+        "import json, sys\n"
+        "name, factor = sys.argv[1], float(sys.argv[2])\n"
+        "v = [round(json.loads(line)['val_loss'] * factor, 6) for line in open('rows.jsonl')]\n"
+        "prov = dict(command=f'{sys.executable} make.py {name} {sys.argv[2]}', inputs={'rows.jsonl': ''})\n"
+        "json.dump(dict(values=v, total=sum(v), provenance=prov), open(name, 'w'))\n")
+    for name, factor in (("rounded.json", "1"), ("magnified.json", "1e9")):
+        subprocess.run([sys.executable, "make.py", name, factor], cwd=repo, check=True)
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
+    for args in (["init", "-q"], ["add", "."], ["commit", "-qm", "rows"]):
+        subprocess.run(git + args, cwd=repo, check=True)
+    assert perturb.main([str(repo / "rounded.json")]) == 0
+    assert "every number landed where it did" in capsys.readouterr().out
+    assert perturb.main([str(repo / "magnified.json")]) == 1
+    out = capsys.readouterr().out
+    assert "values: 5 entries" in out and "numbers moved more than 0.0001" in out
+    assert subprocess.run(git + ["worktree", "list"], cwd=repo, capture_output=True, text=True).stdout.count("\n") == 1
