@@ -337,7 +337,7 @@ def main_test(argv):
                           "family NAME=D1,D2,... ... [--margin=M] [--looks=K] [--out=F.json [--figure=AXIS]] | "
                           "elastic LF.json PLAIN.json ... | probes EVAL.json ... --reference=MODEL | "
                           "exits EE.json ... --pairs=A<B,... | representation R.json ... --model=A --reference=B "
-                          "(probes, exits, representation: [--out=F.json [--figure=AXIS]]) | "
+                          "(these four: [--out=F.json [--figure=AXIS]]) | "
                           "table rows|exits|elastic SOURCE ... --out=F.json"
                           + (f" ({argv[0]!r} is not one)" if argv else ""))
     opts = test_options(argv)
@@ -563,7 +563,9 @@ def figure_families(kind, out, axis):
 
 def draw_families(kind, out, opts):
     """--figure: OUT{suffix}_seeds.png (and .json) for each family of figure_families."""
-    for suffix, family, axis in figure_families(kind, out, opts["figure"]) if opts.get("figure") else []:
+    if not opts.get("figure"):
+        return
+    for suffix, family, axis in figure_families(kind, out, opts["figure"]):
         figures.plot_differences(family, opts["out"].removesuffix(".json") + suffix + "_seeds", axis)
 
 
