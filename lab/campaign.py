@@ -3,8 +3,6 @@ The campaign that decides the records' inconclusive findings (issue 46; records/
 
     python -m lab.campaign plan        # records/plan.md and records/plan.json from records/campaign/findings.json
     python -m lab.campaign tally       # the verdict words of the five records' summary tables, counted
-    python -m lab.campaign seeds SPEC  # a design's seeds not yet done (.ci/gpu-campaign trains them one by one)
-    python -m lab.campaign analyses SPEC SEED --out=DIR [--at_rule_commit]   # one seed's analyses
 
 The list (records/campaign/findings.json) names each inconclusive finding, the JSON whose per-seed numbers its
 verdict reads, its Holm family and looks, the reference quantity whose seed spread sets its smallest effect of
@@ -18,7 +16,6 @@ import json
 import math
 import os
 import re
-import subprocess
 import sys
 
 import numpy as np
@@ -26,7 +23,7 @@ import scipy.stats
 
 from configurator import ConfigError, run
 from lab.records import lookup
-from lab.sweep import REPO, grid_points, load_spec, read_results, record_files, rule_snapshot, sweep_dir
+from lab.sweep import read_results
 from lab.verdicts import seed_number
 
 FINDINGS = "records/campaign/findings.json"
@@ -301,38 +298,6 @@ def main_plan(argv):
           f"{sum(undecidable(p) for p in plans)} undecidable at this scale")
 
 
-# ---- a design's seeds and their analyses (.ci/gpu-campaign) ----
-
-def seeds_to_do(spec_path):
-    """The seeds of a spec (its SEEDS) some point of which has no ok row yet (in its record file or its sweep's
-    results.jsonl), in order."""
-    spec = load_spec(spec_path)
-    done = set()
-    for path in record_files(spec) + [os.path.join(sweep_dir(spec), "results.jsonl")]:
-        if os.path.exists(path):
-            done |= {r["point"] for r in read_results(path) if r.get("status") == "ok"}
-    names = {p.name for p in grid_points(spec)}
-    return [s for s in spec["SEEDS"] if any(n not in done for n in names if n.endswith(f"_s{s}"))]
-
-
-def main_seeds(argv):
-    print(" ".join(str(s) for s in seeds_to_do(argv[0])))
-
-
-def main_analyses(argv):
-    """Run a spec's analyses(seed, run_dir, out) commands for one seed whose points all finished (--at_rule_commit:
-    in the worktree of the spec's commit, as its runs); a failing command ends with its exit status."""
-    spec_path, seed = argv[0], int(argv[1])
-    out = os.path.abspath(next(a.split("=", 1)[1] for a in argv if a.startswith("--out=")))
-    spec = load_spec(spec_path)
-    code = rule_snapshot(spec, REPO)[0] if "--at_rule_commit" in argv else None  # the code of the runs' commit
-    for cmd in spec["analyses"](seed, lambda point: os.path.join(sweep_dir(spec), point), out):
-        print(" ".join(cmd), flush=True)
-        rc = subprocess.run(cmd, cwd=code).returncode
-        if rc:
-            raise SystemExit(rc)
-
-
 VERDICT_WORDS = ("not reproduced", "reproduced", "absent at this scale", "undecidable at this scale", "inconclusive")
 VERDICT = re.compile(r"\b(" + "|".join(VERDICT_WORDS) + r")\b")  # leftmost first: "not reproduced" is not "reproduced"
 
@@ -394,8 +359,8 @@ def main_tally(argv):
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
-    commands = dict(plan=main_plan, tally=main_tally, seeds=main_seeds, analyses=main_analyses)
-    usage = "usage: python -m lab.campaign plan [--out=DIR] | tally | seeds SPEC | analyses SPEC SEED --out=DIR"
+    commands = dict(plan=main_plan, tally=main_tally)
+    usage = "usage: python -m lab.campaign plan [--out=DIR] | tally"
     if not argv or argv[0] in ("--help", "-h"):
         print(__doc__.strip() + "\n\n" + usage)
         return None
