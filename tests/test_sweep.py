@@ -430,6 +430,6 @@ def test_sweep_and_scaling_on_the_command_line_say_what_they_take():
     for args in (["-m", "lab.sweep", "--bogus=1"], ["-m", "lab.sweep", "config/sweeps/x.py"]):
         r = cli(*args)
         assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and not r.stdout, (args, r.stderr)
-    assert "no sweep spec at config/sweeps/x.py" in cli("-m", "lab.sweep", "config/sweeps/x.py").stderr
+    assert "no sweep spec at config/sweeps/x.py" in r.stderr
     r = cli("scaling.py", "--help")
     assert r.returncode == 0 and "sweep" in r.stdout and "figures" in r.stdout
