@@ -488,7 +488,7 @@ def prompt_batches(cfg, model, ckpt=None):
         if data.vocab_size > model.config.vocab_size:
             raise ConfigError(f"{data_dir} has {data.vocab_size} token ids but the model only "
                               f"{model.config.vocab_size}: pass the data_dir the model was trained on")
-        return [x.to(cfg["device"]) for x, _ in data.val_batches(B, T, cfg["n_tokens"])]
+        return [torch.from_numpy(x).to(cfg["device"]) for x, _ in data.val_batches(B, T, cfg["n_tokens"])]
     if cfg["data_dir"]:
         raise ConfigError(f"no prepared data in {cfg['data_dir']} (meta.json missing): run prepare.py first, or "
                           "drop --data_dir (random tokens)")

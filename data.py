@@ -27,8 +27,6 @@ import subprocess
 import sys
 
 import numpy as np
-import torch
-import torch.distributed as dist
 
 from configurator import ConfigError, cli_arg
 
@@ -361,15 +359,16 @@ class TokenData:
                   split="train"):
         """(x, y) int64 (B, T) random windows, y = x shifted by one. The randomness depends only on seed and the
         global micro-batch index, so 2 ranks x 1 micro-step see what 1 rank x 2 micro-steps sees, and a resumed run
-        sees what an uninterrupted one would."""
+        sees what an uninterrupted one would. numpy arrays: a batch becomes tensors where it goes to the device
+        (train.to_device), so that this file needs no torch and prepare.py starts without it."""
         assert 0 <= micro_step < grad_accum and 0 <= rank < world_size, (micro_step, grad_accum, rank, world_size)
         data = self.splits[split]
         assert len(data) > block_size, f"{split}.bin has {len(data)} tokens, fewer than block_size+1 = {block_size + 1}"
         g = step * world_size * grad_accum + micro_step * world_size + rank
         rng = np.random.default_rng([seed, g])
         start = rng.integers(0, len(data) - block_size, size=batch_size)
-        w = torch.from_numpy(data[start[:, None] + np.arange(block_size + 1)].astype(np.int64))  # (B, T+1)
-        return w[:, :-1].contiguous(), w[:, 1:].contiguous()
+        w = data[start[:, None] + np.arange(block_size + 1)].astype(np.int64)  # (B, T+1)
+        return np.ascontiguousarray(w[:, :-1]), np.ascontiguousarray(w[:, 1:])
 
     def val_batches(self, batch_size, block_size, max_tokens=None):
         """The fixed validation set: consecutive non-overlapping windows from the start of val.bin, up to
@@ -381,8 +380,8 @@ class TokenData:
         assert n > 0, f"val.bin has {len(data)} tokens: too few for one window of block_size+1 = {block_size + 1}"
         for i in range(0, n, batch_size):
             start = np.arange(i, min(i + batch_size, n)) * block_size
-            w = torch.from_numpy(data[start[:, None] + np.arange(block_size + 1)].astype(np.int64))
-            yield w[:, :-1].contiguous(), w[:, 1:].contiguous()
+            w = data[start[:, None] + np.arange(block_size + 1)].astype(np.int64)
+            yield np.ascontiguousarray(w[:, :-1]), np.ascontiguousarray(w[:, 1:])
 
     def unigram_entropy(self, split="train"):
         """Entropy (nats) of the split's token frequencies: the loss of a model that ignores context."""
@@ -399,10 +398,11 @@ class TokenData:
         return float(-(p * np.log(p)).sum())
 
 
-def load_for_run(cfg, env, T, run_tokens):
+def load_for_run(cfg, env, T, run_tokens, barrier):
     """A training run's TokenData (train.py): the token files of its settings (cfg), prepared by rank 0 first (a
     stream only as far as the run draws: run_tokens and the validation set), checked to hold a window of T + 1
-    tokens of each split; one line (ConfigError) for what is missing. env: distributed.setup's."""
+    tokens of each split; one line (ConfigError) for what is missing. env: distributed.setup's; barrier: the
+    ranks' (torch.distributed.barrier), passed in so that this file needs no torch."""
     stream = cfg["data_source"] == "fineweb-edu"
     need = dict(max_tokens=run_tokens, min_val_tokens=cfg["eval_tokens"] + 1) if stream else {}
     data_dir = cfg["data_dir"] or default_data_dir(cfg["data_source"], cfg["tokenizer"], hf_of(cfg))
@@ -426,10 +426,10 @@ def load_for_run(cfg, env, T, run_tokens):
     if env.master:
         prepare()
     if env.ddp:
-        dist.barrier()  # rank 0 prepares the token files once
+        barrier()  # rank 0 prepares the token files once
         if env.local_rank == 0 and not env.master:  # another node: finds rank 0's files on a shared filesystem, or
             prepare()  # prepares the same ones on its own disk (the module docstring)
-        dist.barrier()
+        barrier()
     data = TokenData(data_dir, train_tokens=run_tokens if stream else None, verify_data=cfg["verify_data"] or None)
     for split in ("train", "val"):
         if len(data.splits[split]) <= T:
@@ -447,29 +447,3 @@ def load_for_run(cfg, env, T, run_tokens):
     env.say(f"data: {data_dir} ({meta['tokenizer']}, {share}{meta['train_tokens']:,} train / {meta['val_tokens']:,} "
             f"val tokens), unigram entropy of the training tokens {data.unigram_entropy():.4f} nats")
     return data
-
-
-def to_device(x, y, device):
-    """Move a batch; on CUDA through pinned memory, asynchronously (a copy from pageable memory would wait for
-    the device to finish its queued work first)."""
-    if str(device).startswith("cuda"):
-        return x.pin_memory().to(device, non_blocking=True), y.pin_memory().to(device, non_blocking=True)
-    return x.to(device), y.to(device)
-
-
-class Prefetcher:
-    """A run's batches one ahead: get(key, next_key) returns the batch fetch(key) on the device and, before that,
-    reads the batch of next_key and queues its copy (to_device), so on a GPU the host prepares it while the device
-    still works through the steps queued before. fetch(key) -> (x, y) on the CPU must depend on the key only: the
-    batches are the same with or without the look-ahead (a key that was not prefetched is fetched on the spot)."""
-
-    def __init__(self, fetch, device):
-        self.fetch, self.device, self.ahead = fetch, device, None
-
-    def get(self, key, next_key):
-        batch = self.ahead[1] if self.ahead is not None and self.ahead[0] == key else self.load(key)
-        self.ahead = (next_key, self.load(next_key))
-        return batch
-
-    def load(self, key):
-        return to_device(*self.fetch(key), self.device)

@@ -470,7 +470,8 @@ def main(argv=None):
     data, T = validation(cfg, runs)
     check_models(cfg, runs, T)
     prefix = output_prefix(cfg, runs, f"early_exit_{cfg['mode']}")
-    batches = list(data.val_batches(cfg["batch_size"], T, cfg["eval_tokens"]))
+    batches = [(torch.from_numpy(x), torch.from_numpy(y))
+               for x, y in data.val_batches(cfg["batch_size"], T, cfg["eval_tokens"])]
     results = {}
     with autocast(cfg):
         for name, path, model, _ in runs:

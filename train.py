@@ -30,7 +30,7 @@ from checkpoint import (Checkpoints, SignalStop, check_training, checkpoint_path
                         no_empty_run_dir_on_refusal, open_run)
 import configurator
 from configurator import configure, run
-from data import Prefetcher, load_for_run, to_device, training_vocab
+from data import load_for_run, training_vocab
 from distributed import is_sharded, setup, shard_model, wrap_ddp
 from loop import trajectory_rng
 from model import GPT, GPTConfig
@@ -102,6 +102,33 @@ def defaults():
 
 # ---------------------------------------------------------------------------------------------------------------
 # the run's parts, in the order main uses them
+
+def to_device(x, y, device):
+    """A batch (TokenData's numpy arrays) as tensors on the device; on CUDA through pinned memory, asynchronously (a
+    copy from pageable memory would wait for the device to finish its queued work first)."""
+    x, y = torch.from_numpy(x), torch.from_numpy(y)
+    if str(device).startswith("cuda"):
+        return x.pin_memory().to(device, non_blocking=True), y.pin_memory().to(device, non_blocking=True)
+    return x.to(device), y.to(device)
+
+
+class Prefetcher:
+    """A run's batches one ahead: get(key, next_key) returns the batch fetch(key) on the device and, before that,
+    reads the batch of next_key and queues its copy (to_device), so on a GPU the host prepares it while the device
+    still works through the steps queued before. fetch(key) -> (x, y) on the CPU must depend on the key only: the
+    batches are the same with or without the look-ahead (a key that was not prefetched is fetched on the spot)."""
+
+    def __init__(self, fetch, device):
+        self.fetch, self.device, self.ahead = fetch, device, None
+
+    def get(self, key, next_key):
+        batch = self.ahead[1] if self.ahead is not None and self.ahead[0] == key else self.load(key)
+        self.ahead = (next_key, self.load(next_key))
+        return batch
+
+    def load(self, key):
+        return to_device(*self.fetch(key), self.device)
+
 
 @torch.no_grad()
 def evaluate(model, data, cfg, env):
@@ -183,7 +210,7 @@ def main(argv=None):
         model, raw_model, optimizer, scaler, start_step, best_val = build(cfg, model_cfg, ckpt, env)
         T = model_cfg.block_size
         max_steps, tokens_per_step, flops_per_token = steps_for(cfg, raw_model)
-        data = load_for_run(cfg, env, T, max(max_steps * tokens_per_step, T + 1))  # the tokens the run draws
+        data = load_for_run(cfg, env, T, max(max_steps * tokens_per_step, T + 1), dist.barrier)  # what it draws
     entropy = data.unigram_entropy()  # what a model that ignores the context scores: the collapse line
     log = RunLog(cfg, env, raw_model, data, start_step if ckpt is not None else None, changes,
                  ckpt.get("wall_s", 0.0) if ckpt is not None else 0.0)

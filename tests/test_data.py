@@ -141,7 +141,7 @@ def test_vocabularies_above_65536_are_stored_as_uint32(tmp_path, monkeypatch):
     val = loaded.splits["val"]
     assert bytes(int(i) - 70_000 for i in val).decode() in docs  # one whole document, ids above 65,535 intact
     x, y = loaded.get_batch(0, 0, 0, 1, 1, batch_size=2, block_size=8)
-    assert int(x.min()) >= 70_000 and torch.equal(x[:, 1:], y[:, :-1])
+    assert int(x.min()) >= 70_000 and np.array_equal(x[:, 1:], y[:, :-1])
 
 
 def test_prepare_single_file_splits_its_tail(tmp_path):
@@ -528,19 +528,20 @@ def counting(tmp_path):
 
 def test_batch_shapes_and_shift(counting):
     x, y = counting.get_batch(3, 0, 0, 1, 1, batch_size=4, block_size=16, seed=1)
-    assert x.shape == y.shape == (4, 16) and x.dtype == y.dtype == torch.int64
-    assert torch.equal(y, x + 1) and torch.equal(x[:, 1:], y[:, :-1])
-    assert torch.equal(x[:, 1:] - x[:, :-1], torch.ones(4, 15, dtype=torch.int64))  # contiguous windows
+    assert x.shape == y.shape == (4, 16) and x.dtype == y.dtype == np.int64  # numpy: data.py needs no torch
+    assert x.flags.c_contiguous and y.flags.c_contiguous and x.flags.writeable  # what torch.from_numpy takes as is
+    assert np.array_equal(y, x + 1) and np.array_equal(x[:, 1:], y[:, :-1])
+    assert np.array_equal(x[:, 1:] - x[:, :-1], np.ones((4, 15), dtype=np.int64))  # contiguous windows
 
 
 def test_batch_determinism(counting):
     b = dict(batch_size=4, block_size=16)
     x1, _ = counting.get_batch(5, 1, 0, 1, 2, seed=7, **b)
     x2, _ = data.TokenData(os.path.dirname(counting.splits["train"].filename)).get_batch(5, 1, 0, 1, 2, seed=7, **b)
-    assert torch.equal(x1, x2)  # same index, fresh object: same batch
-    assert not torch.equal(x1, counting.get_batch(5, 0, 0, 1, 2, seed=7, **b)[0])
-    assert not torch.equal(x1, counting.get_batch(6, 1, 0, 1, 2, seed=7, **b)[0])
-    assert not torch.equal(x1, counting.get_batch(5, 1, 0, 1, 2, seed=8, **b)[0])
+    assert np.array_equal(x1, x2)  # same index, fresh object: same batch
+    assert not np.array_equal(x1, counting.get_batch(5, 0, 0, 1, 2, seed=7, **b)[0])
+    assert not np.array_equal(x1, counting.get_batch(6, 1, 0, 1, 2, seed=7, **b)[0])
+    assert not np.array_equal(x1, counting.get_batch(5, 1, 0, 1, 2, seed=8, **b)[0])
 
 
 def test_ranks_and_micro_steps_see_the_same_batches(counting):
@@ -548,7 +549,7 @@ def test_ranks_and_micro_steps_see_the_same_batches(counting):
     for step in range(5):
         two_ranks = [counting.get_batch(step, 0, rank, 2, 1, **b)[0] for rank in range(2)]
         two_micro = [counting.get_batch(step, micro, 0, 1, 2, **b)[0] for micro in range(2)]
-        assert all(torch.equal(a, c) for a, c in zip(two_ranks, two_micro))
+        assert all(np.array_equal(a, c) for a, c in zip(two_ranks, two_micro))
     # 2 ranks x 2 micro-steps = 1 rank x 4 micro-steps, as a set per step
     four = {tuple(counting.get_batch(1, m, 0, 1, 4, **b)[0].flatten().tolist()) for m in range(4)}
     grid = {tuple(counting.get_batch(1, m, r, 2, 2, **b)[0].flatten().tolist()) for m in range(2) for r in range(2)}
@@ -566,10 +567,10 @@ def test_val_set_is_fixed(counting):
     first = list(counting.val_batches(batch_size=4, block_size=32, max_tokens=500))
     second = list(counting.val_batches(batch_size=4, block_size=32, max_tokens=500))
     assert [b[0].shape[0] for b in first] == [4, 4, 4, 3]  # 500 // 32 = 15 windows
-    assert all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) for a, b in zip(first, second))
-    x = torch.cat([b[0] for b in first])
-    assert torch.equal(x.flatten(), torch.arange(30_000, 30_000 + 15 * 32))  # consecutive, non-overlapping
-    assert torch.equal(torch.cat([b[1] for b in first]), x + 1)
+    assert all(np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1]) for a, b in zip(first, second))
+    x = np.concatenate([b[0] for b in first])
+    assert np.array_equal(x.flatten(), np.arange(30_000, 30_000 + 15 * 32))  # consecutive, non-overlapping
+    assert np.array_equal(np.concatenate([b[1] for b in first]), x + 1)
     assert sum(b[0].shape[0] for b in counting.val_batches(8, 32)) == (1000 - 1) // 32  # no cap: all of val.bin
 
 
@@ -580,5 +581,5 @@ def test_unigram_entropy(tmp_path):
 
 
 def test_to_device_cpu(counting):
-    x, y = data.to_device(*counting.get_batch(0, 0, 0, 1, 1, 2, 4), "cpu")
-    assert x.device.type == "cpu" and torch.equal(y, x + 1)
+    x, y = train.to_device(*counting.get_batch(0, 0, 0, 1, 1, 2, 4), "cpu")
+    assert x.device.type == "cpu" and x.dtype == torch.int64 and torch.equal(y, x + 1)

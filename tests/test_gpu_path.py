@@ -5,6 +5,7 @@ import os
 import sys
 import types
 
+import numpy as np
 import pytest
 import torch
 
@@ -80,7 +81,7 @@ def test_prefetched_batches_are_the_batches_of_their_step(data_dir, tmp_path, mo
     expected = [tokens.get_batch(s, m, 0, 1, 2, 4, 32, 1337) for s in range(3) for m in range(2)]
     assert len(seen) == len(expected) == 6
     for (x, y), (ex, ey) in zip(seen, expected):
-        assert torch.equal(x, ex) and torch.equal(y, ey)
+        assert torch.equal(x, torch.from_numpy(ex)) and torch.equal(y, torch.from_numpy(ey))
     monkeypatch.setattr(train.Prefetcher, "get", lambda self, key, next_key: self.load(key))  # no look-ahead
     train.main(argv + [f"--out_dir={tmp_path / 'plain'}"])
     assert losses(tmp_path / "ahead") == losses(tmp_path / "plain")
@@ -91,8 +92,8 @@ def test_the_prefetcher_fetches_each_batch_once_and_ahead():
 
     def fetch(key):
         fetched.append(key)
-        return torch.full((1, 2), key), torch.full((1, 2), key + 1)
-    p = data.Prefetcher(fetch, "cpu")
+        return np.full((1, 2), key), np.full((1, 2), key + 1)  # TokenData's batches are numpy arrays
+    p = train.Prefetcher(fetch, "cpu")
     x, _ = p.get(0, 1)
     assert fetched == [0, 1] and x[0, 0] == 0  # the batch asked for, and the next one read ahead
     x, y = p.get(1, 2)
