@@ -34,15 +34,10 @@ import sys
 import time
 from collections import defaultdict
 
-import matplotlib
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.ticker import (LogFormatterSciNotation, LogLocator, MaxNLocator, NullFormatter,  # noqa: E402
-                               StrMethodFormatter)
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
-from tqdm import tqdm  # noqa: E402
+import numpy as np
+import torch
+import torch.nn.functional as F
+from tqdm import tqdm
 
 import kernels  # noqa: E402
 import moe  # noqa: E402
@@ -190,8 +185,17 @@ def flops_name(C):
     return ("" if mantissa == "1" else mantissa + "×") + "10" + str(exponent).translate(SUPERSCRIPT) + " FLOPs"
 
 
+def pyplot():
+    """matplotlib.pyplot on the Agg backend (files, no display), imported when a figure is first drawn: a command
+    that draws nothing (a sweep, scaling.py count, a fit without figures) starts without it."""
+    import matplotlib  # heavy: only when a figure is drawn
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # (figures only)
+    return plt
+
+
 def figure(panels, width=5.0, height=4.0):
-    fig, axes = plt.subplots(1, panels, figsize=(width * panels, height), squeeze=False)
+    fig, axes = pyplot().subplots(1, panels, figsize=(width * panels, height), squeeze=False)
     return fig, axes[0]
 
 
@@ -199,6 +203,8 @@ def _log_ticks(fig):
     """Log axes a slide can read: over two decades or more, labels at the powers of ten; over less, at 1, 2 and 5
     times each power, where matplotlib would label its minor ticks until they run into each other; where that leaves
     fewer than two labels inside the axis, at a few round values. Between 10⁻⁴ and 10⁴ the labels are plain numbers."""
+    from matplotlib.ticker import (LogFormatterSciNotation, LogLocator, MaxNLocator, NullFormatter,  # (figures only)
+                                   StrMethodFormatter)
     for ax in fig.axes:
         for axis, (lo, hi) in ((ax.xaxis, ax.get_xlim()), (ax.yaxis, ax.get_ylim())):
             if (axis.get_scale() != "log" or type(axis.get_major_locator()) is not LogLocator  # fixed ticks stay,
@@ -226,7 +232,7 @@ def save(fig, numbers, path):
     fig.savefig(path + ".png", dpi=120)
     with open(path + ".json", "w") as f:
         json.dump(numbers, f, indent=1, default=float)
-    plt.close(fig)
+    pyplot().close(fig)
     return [path + ".png", path + ".json"]
 
 
@@ -544,7 +550,8 @@ def run_jsd(cfg, model_cfg):
 
 def draw_jsd(result, cfg):
     """The JSD figure: mean JSD per effective layer with its spread over sequences, and the converged tokens."""
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    from matplotlib.ticker import MaxNLocator  # (figures only)
+    fig, axes = pyplot().subplots(1, 2, figsize=(11, 4))
     for name, r in result.items():
         x = [row["label"]["index"] + 1 for row in r["layers"]]
         m, s = np.array([row["mean"] for row in r["layers"]]), np.array([row["std"] for row in r["layers"]])
@@ -601,7 +608,7 @@ def run_routing(cfg, model_cfg):
 
 def draw_routing(result, cfg):
     """Per physical layer, the share of tokens whose experts at pass 1 and 2 are identical, partial, disjoint."""
-    fig, axes = plt.subplots(1, len(result), figsize=(6 * len(result), 4), squeeze=False)
+    fig, axes = pyplot().subplots(1, len(result), figsize=(6 * len(result), 4), squeeze=False)
     colors = {"identical": "tab:green", "partial": "tab:orange", "disjoint": "tab:red"}
     for ax, (name, per_layer) in zip(axes[0], result.items()):
         layers = list(per_layer)
@@ -646,7 +653,7 @@ def run_routing_dynamics(cfg, model_cfg):
 def draw_routing_dynamics(result, cfg):
     """Per model and shared layer (and their mean), the K x K cosine and Jaccard matrices."""
     cols = max(len(r["layers"]) + 1 for r in result.values())
-    fig, axes = plt.subplots(2 * len(result), cols, figsize=(3.2 * cols, 6 * len(result)), squeeze=False)
+    fig, axes = pyplot().subplots(2 * len(result), cols, figsize=(3.2 * cols, 6 * len(result)), squeeze=False)
     for m, (name, r) in enumerate(result.items()):
         panels = [(f"layer {int(k) + 1}", v) for k, v in r["layers"].items()]
         panels = ([("mean", r["mean"])] if r["mean"] else []) + panels
@@ -703,7 +710,7 @@ def run_iteradaln(cfg, model_cfg):
 def draw_iteradaln(result, cfg):
     """Each modulation statistic against the iteration, a line per layer and branch."""
     stats = ["mean_abs_gamma", "mean_abs_beta", "mean_alpha", "tok_std_alpha", "tok_range_alpha"]
-    fig, axes = plt.subplots(len(result), len(stats), figsize=(3.3 * len(stats), 3 * len(result)), squeeze=False)
+    fig, axes = pyplot().subplots(len(result), len(stats), figsize=(3.3 * len(stats), 3 * len(result)), squeeze=False)
     for m, (name, rows) in enumerate(result.items()):
         for ax, stat in zip(axes[m], stats):
             series = defaultdict(list)
@@ -742,7 +749,7 @@ def run_active_params(cfg, model_cfg):
 
 def draw_active_params(result, cfg):
     """A_attn and A_ffn against the iterations K, with rho on a second axis."""
-    fig, axes = plt.subplots(1, len(result), figsize=(5.5 * len(result), 4), squeeze=False)
+    fig, axes = pyplot().subplots(1, len(result), figsize=(5.5 * len(result), 4), squeeze=False)
     for ax, (name, r) in zip(axes[0], result.items()):
         k = r["iterations"]
         ax.plot(k, r["a_attn"], marker="s", label="attention, A attn")
@@ -1029,7 +1036,7 @@ def run_theorem1(cfg, model_cfg):
 
 def draw_theorem1(result, cfg):
     """The measured norm against N beside Theorem 1's prediction, shared and independent weights."""
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    fig, axes = pyplot().subplots(1, 2, figsize=(11, 4))
     for ax, kind in zip(axes, ("nonshared", "shared")):
         for alpha, color in zip(ALPHAS.values(), ("tab:red", "tab:orange", "tab:green")):
             rows = result[f"{kind}_alpha{alpha:g}"]
@@ -1157,7 +1164,7 @@ def draw_residual(out, cfg):
     """Norm growth, first-step and per-step output changes, and the increments' cosines, per stack kind."""
     result, cosines = out["runs"], out["increment_cosine"]
     kinds = list(result)
-    fig, axes = plt.subplots(len(kinds), 4, figsize=(19, 4 * len(kinds)), squeeze=False)
+    fig, axes = pyplot().subplots(len(kinds), 4, figsize=(19, 4 * len(kinds)), squeeze=False)
     colors = {"none": "tab:red", "sqrt": "tab:orange", "linear": "tab:green", "factorized": "tab:blue"}
     for row, kind in enumerate(kinds):
         ax_n, ax_u, ax_steps, ax_cos = axes[row]
@@ -1249,7 +1256,7 @@ def run_coordcheck(cfg, model_cfg):
         slopes[title] = {k: float(np.polyfit(xs, np.log([v[k][-1] for v in per_x.values()]), 1)[0])
                          for k in next(iter(per_x.values()))} if len(xs) > 1 else {}
     rows, steps = list(result), cfg["steps"]
-    fig, axes = plt.subplots(len(rows), steps, figsize=(3.2 * steps, 2.8 * len(rows)), squeeze=False)
+    fig, axes = pyplot().subplots(len(rows), steps, figsize=(3.2 * steps, 2.8 * len(rows)), squeeze=False)
     for i, title in enumerate(rows):
         per_x = result[title]
         xs = [float(x) for x in per_x]
@@ -1289,7 +1296,7 @@ def run_residual_ckpt(cfg, model_cfg):
         result[name] = dict(l2_norm=(norms / n).tolist(), normalized_norm=(norms / n / math.sqrt(d)).tolist(),
                             increment_cosine=(cos / n).tolist() if len(steps) > 2 else None)
     with_cos = [name for name, r in result.items() if r["increment_cosine"] is not None]
-    fig, axes = plt.subplots(1, 1 + len(with_cos), figsize=(5 * (1 + len(with_cos)), 4), squeeze=False)
+    fig, axes = pyplot().subplots(1, 1 + len(with_cos), figsize=(5 * (1 + len(with_cos)), 4), squeeze=False)
     for name, r in result.items():
         axes[0][0].plot(range(len(r["l2_norm"])), r["l2_norm"], marker="o", label=readable(name))
     axes[0][0].set(xlabel="loop step (0 = input of the loop)", ylabel="residual-stream norm (L2 per token)",
@@ -1341,7 +1348,7 @@ def run_representation(cfg, model_cfg):
 
 def draw_representation(result, cfg):
     """The three metrics against depth, and each model's CKA between loop steps."""
-    fig = plt.figure(figsize=(max(15, 4.5 * len(result)), 8))
+    fig = pyplot().figure(figsize=(max(15, 4.5 * len(result)), 8))
     grid = fig.add_gridspec(2, max(3, len(result)))
     for i, (key, title, ylabel) in enumerate((("curvature", "curvature", "turning angle (rad)"),
                                               ("anisotropy", "anisotropy", "mean pairwise cosine (-1 to 1)"),
@@ -1477,7 +1484,7 @@ def redraw(path):
     layout(fig)
     png = os.path.splitext(path)[0] + ".png"
     fig.savefig(png, dpi=120, bbox_inches="tight")
-    plt.close(fig)
+    pyplot().close(fig)
     print(f"redraw: wrote {png}")
     return png
 
@@ -1512,7 +1519,7 @@ def main(argv=None):
     # the commit before anything is written: rewriting a committed JSON or PNG would make the tree read as dirty
     prov = run_provenance([d for d in cfg["ckpt"].split(",") if d], "analyze.py", argv)
     fig.savefig(png, dpi=120, bbox_inches="tight")
-    plt.close(fig)
+    pyplot().close(fig)
     with open(js, "w") as f:
         json.dump(to_json(dict(analysis=name, config=cfg, result=result, provenance=prov)), f, indent=1)
     print(f"{name}: wrote {png} and {js} in {time.time() - t0:.1f}s")

@@ -9,7 +9,7 @@ import math
 import numpy as np
 import scipy.stats
 
-from analyze import figure, flops_name, group_name, plt, readable, save  # the slide conventions (Agg pyplot)
+from analyze import figure, flops_name, group_name, pyplot, readable, save  # the slide conventions (Agg)
 
 
 def plot_isoflop(result, path):
@@ -145,7 +145,7 @@ def plot_differences(family, path, unit):
     hundred times wider; it is cut at the edge, its end written. family: a `python -m lab.fits family` result; unit:
     the x axis, "what (unit)"."""
     names = [n for n, e in family.items() if isinstance(e, dict) and "per_seed" in e]
-    fig, axes = plt.subplots(len(names), 1, figsize=(7.0, 0.4 + 1.5 * len(names)), squeeze=False)
+    fig, axes = pyplot().subplots(len(names), 1, figsize=(7.0, 0.4 + 1.5 * len(names)), squeeze=False)
     shown = {}
     for ax, n in zip(axes[:, 0], names):
         e = family[n]

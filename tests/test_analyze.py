@@ -153,12 +153,12 @@ def tiny_checkpoint(path, **overrides):
 def run(name, tmp_path, *args):
     """analyze.py NAME at a tiny size; its figure must pass the slide checks (tests/figure_checks.py)."""
     out, drawn = tmp_path / "out", []
-    with mock.patch.object(analyze.plt, "close", drawn.append):  # keep the figure main() would close
+    with mock.patch.object(analyze.pyplot(), "close", drawn.append):  # keep the figure main() would close
         analyze.main([name, f"--out_dir={out}", "--n_tokens=256", "--batch_size=2", "--seq_len=32", *args])
     assert (out / f"{name}.png").stat().st_size > 1000
     assert figure_problems(drawn[-1]) == [], name
     for fig in drawn:
-        analyze.plt.close(fig)
+        analyze.pyplot().close(fig)
     with open(out / f"{name}.json") as f:
         return json.load(f)["result"]
 
@@ -433,12 +433,12 @@ def test_committed_analysis_figures_redraw_from_their_json_readably(path, tmp_pa
     copy = tmp_path / os.path.basename(path)
     copy.write_text(open(path).read())
     saved = []
-    with mock.patch.object(analyze.plt, "close"), mock.patch.object(
-            analyze.plt.Figure, "savefig", lambda fig, png, **kw: saved.append((fig, png))):
+    with mock.patch.object(analyze.pyplot(), "close"), mock.patch.object(
+            analyze.pyplot().Figure, "savefig", lambda fig, png, **kw: saved.append((fig, png))):
         (png,) = analyze.main(["redraw", str(copy)])
     ((fig, written),) = saved
     assert written == png == str(copy).removesuffix(".json") + ".png" and figure_problems(fig) == []
-    analyze.plt.close(fig)
+    analyze.pyplot().close(fig)
 
 
 def test_redraw_writes_the_png_beside_the_json(tmp_path):
@@ -457,18 +457,18 @@ def test_redraw_refuses_what_is_not_an_analysis_json(tmp_path):
 def test_figures_count_layers_and_passes_from_1():
     """One numbering (COURSE.md, lecture 1): a pass axis starting at 0, or a layer axis still labelled "(index)", is
     a slide problem; the routing dynamics heatmaps number their passes 1..K."""
-    fig, ax = analyze.plt.subplots()
+    fig, ax = analyze.pyplot().subplots()
     analyze.heatmap(ax, np.eye(3), "cosine", "pass (counted from 1)", first=0)
     assert any("not counted from 1" in p for p in figure_problems(fig))
-    analyze.plt.close(fig)
-    fig, ax = analyze.plt.subplots()
+    analyze.pyplot().close(fig)
+    fig, ax = analyze.pyplot().subplots()
     ax.bar([1, 2], [50, 60])
     ax.set(xlabel="physical layer (index)", ylabel="tokens (%)", xticks=[1, 2])
     assert any("not counted from 1" in p for p in figure_problems(fig))
-    analyze.plt.close(fig)
+    analyze.pyplot().close(fig)
     saved = json.load(open(os.path.join(ROOT, "course", "l05", "routing_dynamics.json")))
     fig = analyze.draw_routing_dynamics(saved["result"], saved["config"])
     assert figure_problems(fig) == []
     passes = [[t.get_text() for t in ax.get_xticklabels()] for ax in fig.axes if ax.get_label() != "<colorbar>"]
     assert passes and all(p == ["1", "2"] for p in passes), passes
-    analyze.plt.close(fig)
+    analyze.pyplot().close(fig)
