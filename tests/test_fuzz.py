@@ -298,7 +298,7 @@ def cli_targets():
         "--seed=-1", "--out_dir={FILE}/x", "--width=0", "--max_loops=0", "--trials=0", "--sigma=0", "--loops=()",
         "--loops=(0,)", "--scalings=('nonsense',)", "--scalings=()", "--widths=(0,)", "--n_seeds=0", "--steps=0",
         "--lr=-1", "--weight_decay=-1"]
-    drawing = [(analyze.plt, "subplots", started), (analyze.plt, "figure", started)]  # after the analysis's checks
+    drawing = [(analyze.pyplot(), "subplots", started), (analyze.pyplot(), "figure", started)]  # after the analysis's checks
     from_ckpt = ["--ckpt={NOWHERE}", "--ckpt={FILE}", "--names=a,b", "--data_dir={NOWHERE}", "--data_dir={GPT2DATA}"]
     small = ["--data_dir={DATA}", "--out_dir={OUT}", "--n_tokens=64", "--seq_len=16", "--batch_size=2"]
     for name, ckpt, extra in (("jsd", "LOOPED", []), ("routing", "LOOPED_MOE", ["--ckpt={PLAIN}"]),
