@@ -22,31 +22,40 @@ def pytest_configure(config):
         config.option.loadgroup = True
 
 
-# The slowest tests (or xdist groups), longest first, as `pytest -n 2 --durations=30` measured them (s, 2026-11-26):
-# under -n, each worker runs them before the rest, so that the two workers end together instead of one running a
-# 40-second test alone at the end. A test missing here only runs later; a name here that no test has any more is
-# harmless (keep the list to the slow ones).
+# The slowest tests (or xdist groups), longest first, as one process measured them (`pytest -p no:xdist
+# --durations=0`, s, 2-core Xeon, 2026-11-29): under -n, each worker runs them before the rest, so that the two workers
+# end together instead of one running a 20-second test alone at the end. A test missing here only runs later; a name
+# here that no test has any more is harmless (keep the list to the slow ones).
 SLOWEST_FIRST = (
-    "@fsdp",  # the xdist group of tests/test_train.py's torchrun launches: ~45
-    "@transformers",  # the xdist group of tests/test_export.py's clean transformers and lm_eval process: ~30
-    "test_slurm.py::test_a_slurm_sweep_with_a_preempted_point_ends_with_the_local_sweeps_rows",  # 15
-    "@code_mix",  # the xdist group of tests/test_code_mix.py's audit of today's history: ~11
-    "test_docs.py::test_exercise_solutions_apply_and_work",  # 9
-    "test_docs.py::test_every_command_block_runs[README_md-Evaluation_eval_py_]",  # 8
-    "test_fits.py::test_power_of_delta_phi_simulates_each_design_against_the_real_reference",  # 7
-    "test_docs.py::test_every_command_block_runs[COURSE_md-Lecture_6_",  # 7
-    "test_analyze.py::test_coordcheck_subcommand",  # 7
-    "test_analyze.py::test_residual_subcommand",  # 7
-    "test_docs.py::test_every_command_block_runs[COURSE_md-Lecture_9_",  # 6
+    "@fsdp",  # the xdist group of tests/test_train.py's torchrun launches: 60
+    "test_campaign.py::test_a_gpu_batch_trains_and_analyses_seed_after_seed_until_its_deadline",  # 28
+    "test_slurm.py::test_a_slurm_sweep_with_a_preempted_point_ends_with_the_local_sweeps_rows",  # 21
+    "@transformers",  # the xdist group of tests/test_export.py's clean transformers and lm_eval process: 16
+    "test_docs.py::test_exercise_solutions_apply_and_work",  # 13
+    "test_sweep.py::test_a_sweep_stopped_by_its_deadline_and_continued_gives_the_rows_of_one_run_through",  # 12
+    "test_speed.py::test_side_by_side_alternates_two_trees_and_reports_their_ratio",  # 10
+    "test_moe.py::test_bias_update_is_equal_on_two_gloo_ranks",  # 9
+    "test_train.py::test_a_paper_preset_trains_on_prepared_fineweb_edu_tokens",  # 8
+    "test_sweep.py::test_sweep_and_scaling_on_the_command_line_say_what_they_take",  # 8
+    "test_fits.py::test_power_of_delta_phi_simulates_each_design_against_the_real_reference",  # 8
+    "test_fits.py::test_a_bootstrap_refit_lands_where_it_did",  # 7
+    "test_sweep.py::test_every_committed_row_ran_under_its_committed_rule",  # 7
+    "test_docs.py::test_the_self_checks_of_lectures_5_to_10_tell_right_from_wrong",  # 7
+    "test_fits.py::test_figures_draw_the_probes_that_have_run",  # 7
+    "test_docs.py::test_the_lecture_",  # the self-checks of lectures 1-4: 5-6 each
     "test_train.py::test_resume_after_kill_reproduces_uninterrupted_losses",  # 6
-    "test_campaign.py::test_a_gpu_batch_trains_and_analyses_seed_after_seed_until_its_deadline",  # 20
-    "test_sweep.py::test_a_sweep_stopped_by_its_deadline_and_continued_gives_the_rows_of_one_run_through",  # 13
-    "test_sweep.py::test_a_terminated_sweep_stops_its_runs",  # 6
-    "test_eval.py::test_requests_equal_lm_evaluation_harness_for_every_task_format",  # 5
-    "test_fits.py::test_figures_draw_the_probes_that_have_run",  # 5
-    "test_eval.py::test_harness_adapter_gives_eval_py_scores_through_simple_evaluate",  # 5
-    "test_docs.py::test_every_command_block_runs[",  # 1-5 each
-    "test_fits.py::test_delta_phi_recovers_what_a_design_adds",  # 4 each
+    "test_fits.py::test_power_simulation_recovers_phi_and_its_spread_grows_with_the_noise",  # 5
+    "test_fits.py::test_joint_fit_recovers_phi",  # 5
+    "@code_mix",  # the xdist group of tests/test_code_mix.py's audit of today's history: 5
+    "test_layout.py::test_a_training_run_loads_at_most_4300_lines_of_the_project",  # 5
+    "test_analyze.py::test_residual_seeds_start_at_seed_so_a_fresh_set_adds_new_ones",  # 5
+    "test_analyze.py::test_coordcheck_subcommand",  # 4
+    "test_gpu_path.py::test_graph_breaks_are_counted_per_block_and_for_the_gpu_loss",  # 4
+    "test_fits.py::test_fit_cli_writes_figures",  # 4
+    "test_sweep.py::test_a_terminated_sweep_stops_its_runs",  # 4
+    "test_fits.py::test_delta_phi_",  # 3-4 each
+    "test_campaign.py::test_the_committed_plan_is_what_its_command_writes_from_the_committed_list",  # 4
+    "test_docs.py::test_every_command_block_runs[",  # 1-3 each
 )
 
 
