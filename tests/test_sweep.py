@@ -5,6 +5,7 @@ import hashlib
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -121,6 +122,21 @@ def test_interrupted_sweep_runs_each_point_once(tmp_path, monkeypatch, capsys):
     assert "sweep t: 2 points (2 done)" in capsys.readouterr().out  # the selection's count, not results.jsonl's 6
     with pytest.raises(SystemExit, match="no point of sweep t matches"):
         sweep.run_sweep(spec, only="_d48")
+
+
+def test_a_fresh_clone_resumes_from_the_committed_rows(tmp_path, monkeypatch, capsys):
+    """A campaign resumes across machines: a clone holds the committed record but no out/ (no results.jsonl, no run
+    directories), and the points with a row there are done: they do not run again."""
+    spec = fake_sweep(tmp_path, monkeypatch, str(tmp_path / "records" / "paper"), widths=[32, 64])
+    log = tmp_path / "log.jsonl"
+    sweep.run_sweep(spec, only="_d32$")
+    shutil.rmtree(tmp_path / "sweep")  # the other machine: only what was committed
+    capsys.readouterr()
+    sweep.run_sweep(spec)
+    assert "sweep t: 2 points (1 done)" in capsys.readouterr().out
+    assert [json.loads(line)["point"] for line in log.read_text().splitlines()] == ["base_C1e09_d32", "base_C1e09_d64"]
+    record = tmp_path / "records" / "paper" / "t.jsonl"
+    assert [r["point"] for r in sweep.read_results(str(record))] == ["base_C1e09_d32", "base_C1e09_d64"]
 
 
 def test_a_parallel_sweep_starts_the_longest_runs_first(tmp_path, monkeypatch, capsys):
