@@ -265,37 +265,47 @@ def test_a_block_json_names_its_inputs_and_commit_and_its_command_regenerates_it
         out_arg = f"--out={path.removesuffix('.json')}"
         assert out_arg in argv, f"{path}: its command writes elsewhere"
         fits.fit_results(argv[3], [a if a != out_arg else f"--out={tmp_path / 'again'}" for a in argv[4:]])
+        tolerance = FIT_TOLERANCE
     else:
         assert argv[:3] == ["python", "-m", "lab.fits"] and f"--out={path}" in argv
         verdicts.main_test([a if a != f"--out={path}" else f"--out={out}" for a in argv[3:]])
+        tolerance = {}  # a test's arithmetic on committed fits: its last bits only
     again = json.loads(out.read_text())
     again.pop("provenance"), committed.pop("provenance")
-    assert differences(again, committed) == [], path
+    assert differences(again, committed, **tolerance) == [], path
 
 
-def differences(a, b, where="", rel=1e-7):
-    """The paths where two JSON documents differ: keys, lists, texts and flags exactly, numbers to a relative 1e-7
-    (NaN equals NaN: a seed spread of one seed). A fit regenerated on another CPU moves in its last bits (numpy's
-    least squares and scipy's L-BFGS-B go through the machine's own BLAS kernels), and an optimizer's stopping point
-    by a little more (1e-9 relative between this project's two machines); a record prints four significant digits at
-    most, and a changed fit moves by far more."""
+# Where an optimizer stops depends on the CPU: the joint law's Huber objective is flat along some directions, and
+# the polish (scipy's L-BFGS-B) ends where its line search can no longer gain, a path that goes through the machine's
+# own BLAS kernels. Measured: the delta-phi fits written on an AVX-512 Xeon, regenerated on an AVX2-only EPYC
+# (2026-11-29), moved by up to 1.1e-5 relative (fit.E of iteradaln_r_s1337.json) and by 3e-7 absolute on a delta phi
+# near zero, their objectives by 3e-7 relative. Ten times that passes; a record prints four significant digits at
+# most, and a fit of other rows or options moves by far more than that (the test below).
+FIT_TOLERANCE = dict(rel=1e-4, abs_tol=3e-6)
+
+
+def differences(a, b, where="", rel=1e-7, abs_tol=1e-12):
+    """The paths where two JSON documents differ: keys, lists, texts and flags exactly, numbers to a relative `rel`
+    or an absolute `abs_tol` (NaN equals NaN: a seed spread of one seed). Arithmetic regenerated on another CPU moves
+    in its last bits only (numpy goes through the machine's own BLAS kernels); a fit's optimizer by more
+    (FIT_TOLERANCE)."""
     if isinstance(a, dict) and isinstance(b, dict):
         if a.keys() != b.keys():
             return [f"{where}: keys {sorted(a.keys() ^ b.keys())}"]
-        return [d for k in a for d in differences(a[k], b[k], f"{where}.{k}", rel)]
+        return [d for k in a for d in differences(a[k], b[k], f"{where}.{k}", rel, abs_tol)]
     if isinstance(a, list) and isinstance(b, list):
         if len(a) != len(b):
             return [f"{where}: {len(a)} items, not {len(b)}"]
-        return [d for i, (x, y) in enumerate(zip(a, b)) for d in differences(x, y, f"{where}.{i}", rel)]
+        return [d for i, (x, y) in enumerate(zip(a, b)) for d in differences(x, y, f"{where}.{i}", rel, abs_tol)]
     numbers = all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (a, b))
-    if numbers and (a == b or math.isclose(a, b, rel_tol=rel, abs_tol=1e-12) or math.isnan(a) and math.isnan(b)):
+    if numbers and (a == b or math.isclose(a, b, rel_tol=rel, abs_tol=abs_tol) or math.isnan(a) and math.isnan(b)):
         return []
     return [] if a == b and type(a) is type(b) else [f"{where}: {a!r} != {b!r}"]
 
 
 def test_regenerated_numbers_may_move_in_their_last_bits_only():
     """The regeneration check: a last-bit change passes, and NaN against NaN; a change in the sixth significant digit,
-    a key, a list's length or a text fails."""
+    a key, a list's length or a text fails. A fit's numbers may move by its optimizer's spread, not a printed digit."""
     doc = dict(fit=dict(alpha=0.12941965073668057, n=[1, 2]), name="base")
     assert differences(dict(doc, fit=dict(alpha=0.12941965073668135, n=[1, 2])), doc) == []
     moved = differences(dict(doc, fit=dict(alpha=0.12942, n=[1, 2])), doc)
@@ -304,6 +314,11 @@ def test_regenerated_numbers_may_move_in_their_last_bits_only():
     assert differences(dict(doc, fit=dict(alpha=0.12941965073668057, n=[1])), doc) != []
     assert differences(dict(doc, name="looped"), doc) != [] and differences(dict(doc, extra=1), doc) != []
     assert differences(dict(doc, name=None), doc) != [] and differences(dict(fit=True), dict(fit=1)) != []
+    # a fit regenerated on another CPU: its optimizer's stopping point moves, a printed digit does not
+    assert differences(dict(doc, fit=dict(alpha=0.12942, n=[1, 2])), doc, **FIT_TOLERANCE) == []
+    assert differences(dict(delta_phi=0.0035963), dict(delta_phi=0.0035960), **FIT_TOLERANCE) == []
+    assert differences(dict(doc, fit=dict(alpha=0.1295, n=[1, 2])), doc, **FIT_TOLERANCE) != []  # the 4th digit
+    assert differences(dict(delta_phi=0.0036), dict(delta_phi=0.0035), **FIT_TOLERANCE) != []
 
 
 def test_every_figure_json_names_the_rows_it_fitted_at_their_committed_sha():
