@@ -42,7 +42,7 @@ SLOWEST_FIRST = (
     "test_sweep.py::test_every_committed_row_ran_under_its_committed_rule",  # 7
     "test_docs.py::test_the_self_checks_of_lectures_5_to_10_tell_right_from_wrong",  # 7
     "test_fits.py::test_figures_draw_the_probes_that_have_run",  # 7
-    "test_docs.py::test_the_lecture_",  # the self-checks of lectures 1-4: 5-6 each
+    "@nano_self_checks",  # the xdist group of lectures 1-4's self-checks, twelve cases in one process
     "test_train.py::test_resume_after_kill_reproduces_uninterrupted_losses",  # 6
     "test_fits.py::test_power_simulation_recovers_phi_and_its_spread_grows_with_the_noise",  # 5
     "test_fits.py::test_joint_fit_recovers_phi",  # 5

@@ -302,16 +302,14 @@ def test_printed_numbers_are_the_committed_json():
 
 
 PATCHES = sorted(glob.glob(os.path.join(REPO, "course", "exercises", "*.patch")))
-SELF_CHECK_01 = os.path.join(REPO, "course", "exercises", "01_learned_positions_check.py")
-WRONG_01 = os.path.join(REPO, "tests", "fixtures", "exercises", "01_learned_positions_restart_at_0.patch")
-SELF_CHECK_02 = os.path.join(REPO, "course", "exercises", "02_pass_embedding_check.py")
-WRONG_02 = os.path.join(REPO, "tests", "fixtures", "exercises", "02_pass_embedding_same_for_every_pass.patch")
-SELF_CHECK_03 = os.path.join(REPO, "course", "exercises", "03_additive_injection_check.py")
-WRONG_03 = os.path.join(REPO, "tests", "fixtures", "exercises", "03_additive_injection_h0_is_e.patch")
-SELF_CHECK_04 = os.path.join(REPO, "course", "exercises", "04_sigmoid_router_check.py")
-WRONG_04 = os.path.join(REPO, "tests", "fixtures", "exercises", "04_sigmoid_router_gates_not_renormalised.patch")
 FIXTURES = os.path.join(REPO, "tests", "fixtures", "exercises")
 EXERCISES = os.path.join(REPO, "course", "exercises")
+NANO_EXERCISES = {  # lectures 1-4 edit course/nano: exercise -> (lecture, the file, a plausible wrong solution)
+    "01_learned_positions": (1, "gpt.py", "01_learned_positions_restart_at_0"),
+    "02_pass_embedding": (2, "loop.py", "02_pass_embedding_same_for_every_pass"),
+    "03_additive_injection": (3, "prelude.py", "03_additive_injection_h0_is_e"),
+    "04_sigmoid_router": (4, "moe.py", "04_sigmoid_router_gates_not_renormalised"),
+}
 REAL_CODE_EXERCISES = {"05_proportional_bias": "05_proportional_bias_not_divided",
                        "06_stored_flops": "06_stored_flops_with_embeddings",
                        "07_maxprob_exit": "07_maxprob_exit_log_probability",
@@ -319,22 +317,14 @@ REAL_CODE_EXERCISES = {"05_proportional_bias": "05_proportional_bias_not_divided
                        "09_log_residual": "09_log_residual_base_2",
                        "10_reverse_probe": "10_reverse_probe_not_reversed"}  # exercise -> a plausible wrong solution
 CHECKS = {  # what each solution must do, as its lecture says; run in a copy of the project with only it applied
-    "01_learned_positions": f"""
-import subprocess, sys
-r = subprocess.run([sys.executable, {SELF_CHECK_01!r}, "course/nano/gpt.py"], capture_output=True, text=True)
-assert r.returncode == 0, r.stdout + r.stderr""",
-    "02_pass_embedding": f"""
-import subprocess, sys
-r = subprocess.run([sys.executable, {SELF_CHECK_02!r}, "course/nano/loop.py"], capture_output=True, text=True)
-assert r.returncode == 0, r.stdout + r.stderr""",
-    "03_additive_injection": f"""
-import subprocess, sys
-r = subprocess.run([sys.executable, {SELF_CHECK_03!r}, "course/nano/prelude.py"], capture_output=True, text=True)
-assert r.returncode == 0, r.stdout + r.stderr""",
-    "04_sigmoid_router": f"""
-import subprocess, sys
-r = subprocess.run([sys.executable, {SELF_CHECK_04!r}, "course/nano/moe.py"], capture_output=True, text=True)
-assert r.returncode == 0, r.stdout + r.stderr""",
+    **{name: f"""
+import runpy, sys
+sys.argv = [{os.path.join(EXERCISES, name + "_check.py")!r}, {"course/nano/" + nano_file!r}]
+try:
+    runpy.run_path(sys.argv[0], run_name="__main__")
+except SystemExit as e:
+    assert e.code == 0, f"its self-check failed (exit {{e.code}})"
+""" for name, (_, nano_file, _) in NANO_EXERCISES.items()},  # lectures 1-4: their self-checks pass on course/nano
     **{name: f"""
 import os, runpy, sys
 sys.path.insert(0, {EXERCISES!r})  # (selfcheck.py)
@@ -408,20 +398,47 @@ def test_every_course_training_command_names_its_own_out_dir():
     assert len(commands) >= 8 and not missing, missing  # 8 since lectures 1-3 have their exercises in course/nano
 
 
-def run_self_check(tmp_path, script, nano_file, patch=None):
-    """A lecture's self-check on a copy of course/nano/<nano_file> (with the patch applied): (exit code, stdout)."""
-    tree = tmp_path / (os.path.basename(patch)[:-6] if patch else "unmodified")
-    shutil.copytree(os.path.join(REPO, "course", "nano"), tree / "course" / "nano")
-    if patch:
-        r = subprocess.run(["git", "apply", patch], cwd=tree, capture_output=True, text=True)
-        assert r.returncode == 0, r.stderr
-    r = subprocess.run([sys.executable, script, str(tree / "course" / "nano" / nano_file)],
-                       capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
-    return r.returncode, r.stdout + r.stderr
+NANO_RUNNER = """
+import contextlib, io, json, runpy, sys
+import torch
+torch.set_num_threads(1)
+seed = torch.initial_seed()  # each case starts from a fresh process's random state
+(cases_json, results_json), results = sys.argv[1:], {}
+for nano_file, script, label in json.load(open(cases_json)):
+    torch.manual_seed(seed)
+    sys.argv, out, code = [script, nano_file], io.StringIO(), 0
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+        try:
+            runpy.run_path(script, run_name="__main__")
+        except SystemExit as e:
+            code = e.code
+    results[label] = [code, out.getvalue()]
+json.dump(results, open(results_json, "w"))
+"""
 
 
-def run_self_check_02(tmp_path, patch=None):
-    return run_self_check(tmp_path, SELF_CHECK_02, "loop.py", patch)
+@pytest.fixture(scope="module")
+def nano_self_checks(tmp_path_factory):
+    """Lectures 1-4's self-checks, each on a copy of its course/nano file unmodified, with a plausible wrong solution
+    (tests/fixtures/exercises) and with the committed one, twelve cases in one Python process (each check loads the
+    student's file afresh): {"lecture case": (exit code, printout)}."""
+    tmp, cases = tmp_path_factory.mktemp("nano_self_checks"), []
+    for name, (lecture, nano_file, wrong) in NANO_EXERCISES.items():
+        patches = {"unmodified": None, "wrong": os.path.join(FIXTURES, wrong + ".patch"),
+                   "solution": os.path.join(EXERCISES, name + ".patch")}
+        for case, patch in patches.items():
+            tree = tmp / f"{name}_{case}"
+            shutil.copytree(os.path.join(REPO, "course", "nano"), tree / "course" / "nano")
+            if patch:
+                r = subprocess.run(["git", "apply", patch], cwd=tree, capture_output=True, text=True)
+                assert r.returncode == 0, r.stderr
+            script = os.path.join(EXERCISES, name + "_check.py")
+            cases.append((str(tree / "course" / "nano" / nano_file), script, f"{lecture} {case}"))
+    (tmp / "cases.json").write_text(json.dumps(cases))
+    r = subprocess.run([sys.executable, "-c", NANO_RUNNER, str(tmp / "cases.json"), str(tmp / "results.json")],
+                       capture_output=True, text=True, env={**os.environ, "PYTHONPATH": "", "OMP_NUM_THREADS": "1"})
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+    return {label: tuple(result) for label, result in json.loads((tmp / "results.json").read_text()).items()}
 
 
 def verdicts(out):
@@ -429,62 +446,63 @@ def verdicts(out):
     return {int(m.group(2)): m.group(1) for m in re.finditer(r"^(PASS|FAIL)  (\d)\.", out, re.M)}
 
 
-def test_the_lecture_1_self_check_tells_right_from_wrong(tmp_path):
+@pytest.mark.xdist_group("nano_self_checks")
+def test_the_lecture_1_self_check_tells_right_from_wrong(nano_self_checks):
     """It fails on the unmodified gpt.py (Config has no pos_emb: check 1), on a plausible wrong solution that numbers
     the positions of every call from 0 (right for a full forward, wrong once decoding continues after cached tokens:
     only check 5 fails, and it says what to look at), and passes on the committed solution."""
-    code, out = run_self_check(tmp_path, SELF_CHECK_01, "gpt.py")
+    code, out = nano_self_checks["1 unmodified"]
     assert code == 1 and verdicts(out)[1] == "FAIL" and "Config has no key pos_emb" in out, out
-    code, out = run_self_check(tmp_path, SELF_CHECK_01, "gpt.py", WRONG_01)
+    code, out = nano_self_checks["1 wrong"]
     v = verdicts(out)
     assert code == 1 and v == {1: "PASS", 2: "PASS", 3: "PASS", 4: "PASS", 5: "FAIL"}, out
     assert "the position after the cached ones" in out, out
-    solution = os.path.join(REPO, "course", "exercises", "01_learned_positions.patch")
-    code, out = run_self_check(tmp_path, SELF_CHECK_01, "gpt.py", solution)
+    code, out = nano_self_checks["1 solution"]
     assert code == 0 and set(verdicts(out).values()) == {"PASS"} and len(verdicts(out)) == 5, out
 
 
-def test_the_lecture_2_self_check_tells_right_from_wrong(tmp_path):
+@pytest.mark.xdist_group("nano_self_checks")
+def test_the_lecture_2_self_check_tells_right_from_wrong(nano_self_checks):
     """The self-check tests behaviour, not text: it fails on the unmodified loop.py (no pass_embed: check 1), fails on
     a plausible wrong solution that adds the same vector e_0 before every pass (check 4 names the pass given e_0, and
     check 5 finds no gradient in the other rows, while the zero-embedding and first-pass checks pass), and passes
     on the committed solution."""
-    code, out = run_self_check_02(tmp_path)
+    code, out = nano_self_checks["2 unmodified"]
     assert code == 1 and verdicts(out)[1] == "FAIL" and "no attribute pass_embed" in out, out
-    code, out = run_self_check_02(tmp_path, WRONG_02)
+    code, out = nano_self_checks["2 wrong"]
     v = verdicts(out)
     assert code == 1 and v == {1: "PASS", 2: "PASS", 3: "PASS", 4: "FAIL", 5: "FAIL", 6: "PASS"}, out
     assert "pass index 1 gets e_0, not its own e_1" in out, out
-    code, out = run_self_check_02(tmp_path, os.path.join(REPO, "course", "exercises", "02_pass_embedding.patch"))
+    code, out = nano_self_checks["2 solution"]
     assert code == 0 and set(verdicts(out).values()) == {"PASS"} and len(verdicts(out)) == 6, out
 
 
-def test_the_lecture_3_self_check_tells_right_from_wrong(tmp_path):
+@pytest.mark.xdist_group("nano_self_checks")
+def test_the_lecture_3_self_check_tells_right_from_wrong(nano_self_checks):
     """It fails on the unmodified prelude.py (Config has no injection: check 1), on a plausible wrong solution that
     starts the first pass from h = e instead of 0 (it reads e + e: checks 2 and 3 fail and say so, while the
     later passes, the linear default and the cache pass), and passes on the committed solution."""
-    code, out = run_self_check(tmp_path, SELF_CHECK_03, "prelude.py")
+    code, out = nano_self_checks["3 unmodified"]
     assert code == 1 and verdicts(out)[1] == "FAIL" and "Config has no key injection" in out, out
-    code, out = run_self_check(tmp_path, SELF_CHECK_03, "prelude.py", WRONG_03)
+    code, out = nano_self_checks["3 wrong"]
     v = verdicts(out)
     assert code == 1 and v == {1: "PASS", 2: "FAIL", 3: "FAIL", 4: "PASS", 5: "PASS", 6: "PASS"}, out
     assert "pass index 0 (the first pass) reads e + e" in out, out
-    solution = os.path.join(REPO, "course", "exercises", "03_additive_injection.patch")
-    code, out = run_self_check(tmp_path, SELF_CHECK_03, "prelude.py", solution)
+    code, out = nano_self_checks["3 solution"]
     assert code == 0 and set(verdicts(out).values()) == {"PASS"} and len(verdicts(out)) == 6, out
 
 
-def test_the_lecture_4_self_check_tells_right_from_wrong(tmp_path):
+@pytest.mark.xdist_group("nano_self_checks")
+def test_the_lecture_4_self_check_tells_right_from_wrong(nano_self_checks):
     """It fails on the unmodified moe.py (Config has no router: check 1), on a plausible wrong solution whose gates
     are the picked sigmoid scores without renormalising (the logits and the loss differ from the project's sigmoid
     router, while the softmax default and the cache pass), and passes on the committed solution."""
-    code, out = run_self_check(tmp_path, SELF_CHECK_04, "moe.py")
+    code, out = nano_self_checks["4 unmodified"]
     assert code == 1 and verdicts(out)[1] == "FAIL" and "Config has no key router" in out, out
-    code, out = run_self_check(tmp_path, SELF_CHECK_04, "moe.py", WRONG_04)
+    code, out = nano_self_checks["4 wrong"]
     v = verdicts(out)
     assert code == 1 and v == {1: "PASS", 2: "FAIL", 3: "FAIL", 4: "PASS", 5: "PASS"}, out
-    solution = os.path.join(REPO, "course", "exercises", "04_sigmoid_router.patch")
-    code, out = run_self_check(tmp_path, SELF_CHECK_04, "moe.py", solution)
+    code, out = nano_self_checks["4 solution"]
     assert code == 0 and set(verdicts(out).values()) == {"PASS"} and len(verdicts(out)) == 5, out
 
 
