@@ -304,19 +304,13 @@ def point_command(spec, point, run_dir):
     return cmd, dict(spec.get("env", {}))
 
 
-def record_path(spec, arch):
-    """The committed record file of a spec's rows of one arch ("" if the spec keeps no record of that arch)."""
-    record = spec.get("record") or ""  # one directory, or {arch: directory} for a sweep serving several papers
-    record_dir = record.get(arch, "") if isinstance(record, dict) else record
-    return os.path.join(record_dir, spec["name"] + ".jsonl") if record_dir else ""
-
-
 def record_row(spec, row):
     """The committed copy of a row, without the full config (git_rev and command reproduce it), in the record
     directory of its arch, if the spec has one."""
-    path = record_path(spec, row["arch"])
-    if path:
-        write_record(path, row)
+    record = spec.get("record") or ""  # one directory, or {arch: directory} for a sweep serving several papers
+    record_dir = record.get(row["arch"], "") if isinstance(record, dict) else record
+    if record_dir:
+        write_record(os.path.join(record_dir, spec["name"] + ".jsonl"), row)
 
 
 def exclusive(f):
@@ -390,10 +384,10 @@ def run_sweep(spec, dry_run=False, only="", retry_failed=False, limit=0, paralle
         slurm.merge()  # the rows of jobs that ended since the last look: their points are done
     # a fresh clone has no out/ but holds the committed rows: their points are done too, so a campaign stopped on
     # one machine resumes on another (a finished run here whose row results.jsonl lost gets that row back below)
-    sources = [results] + sorted({record_path(spec, q["point"].arch) for q in planned} - {""})
-    committed = set().union(*(done_points(path, retry_failed) for path in sources[1:]))
-    done = done_points(results, retry_failed) | {name for name in committed
-                                                 if not os.path.exists(os.path.join(sweep_dir(spec), name, "result.json"))}
+    committed = set().union(*(done_points(path, retry_failed) for path in record_files(spec)))
+    done = done_points(results, retry_failed) | {
+        name for name in committed if not os.path.exists(os.path.join(sweep_dir(spec), name, "result.json"))}
+    sources = [results] + record_files(spec)
     rows = list({r["point"]: r for path in sources if os.path.exists(path) for r in read_results(path)}.values())
     measured = [r["tokens"] * r["flops_per_token_schwethelm"] / r["process_s"] for r in rows
                 if r.get("status") == "ok" and r.get("process_s") and r.get("flops_per_token_schwethelm")]

@@ -80,7 +80,7 @@ def test_law_objective_gradient_is_exact():
 
 
 def test_joint_fit_recovers_phi():
-    result = fits.fit_joint(joint_rows(), restarts=32, n_boot=20, seed=0)
+    result = fits.fit_joint(joint_rows(), restarts=32, n_boot=20, seed=0, boot_restarts=4)
     free, ci = result["free"], result["bootstrap"]["phi_ci"]
     assert abs(free["phi"] - JOINT_TRUTH["phi"]) < 0.05
     assert ci[0] <= JOINT_TRUTH["phi"] <= ci[1] and ci[1] - ci[0] < 0.3
@@ -154,7 +154,7 @@ def test_delta_phi_cli_writes_its_figure_and_refuses_a_bad_hold(tmp_path, capsys
     path = tmp_path / "results.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in design_grid(0.76)))
     result = fits.main_fit([str(path), "--law=delta_phi", "--designs=('x_r',)", "--hold=('alpha','beta')",
-                               "--restarts=8", "--bootstrap=4"])
+                               "--restarts=8", "--bootstrap=4", "--boot_restarts=4"])
     assert result["x_r"]["held"] == ["alpha", "beta"] and len(result["x_r"]["delta_phi_ci"]) == 2
     assert json.loads((tmp_path / "fit_delta_phi.json").read_text())["x_r"]["delta_phi"] == result["x_r"]["delta_phi"]
     assert (tmp_path / "fit_delta_phi.png").exists()
@@ -188,7 +188,7 @@ def test_power_simulation_recovers_phi_and_its_spread_grows_with_the_noise():
                    for noise in (0.002, 0.02))
     assert 0 < quiet["phi_sd"] < loud["phi_sd"]
     assert math.isclose(loud["detectable_delta_phi"], 1.96 * math.sqrt(2) * loud["phi_sd"])
-    boot = fits.simulate_phi(data, cells, truth_theta(), 0.005, trials=2, restarts=16, n_boot=10)
+    boot = fits.simulate_phi(data, cells, truth_theta(), 0.005, trials=2, restarts=8, n_boot=4)
     assert all(lo < hi for lo, hi in boot["intervals"]) and boot["median_ci_width"] > 0
     assert 0 <= boot["coverage"] <= 1 and 0 <= boot["excludes_0"] <= 1
 
@@ -232,7 +232,8 @@ def test_power_of_delta_phi_simulates_each_design_against_the_real_reference(tmp
     path.write_text("".join(json.dumps(r) + "\n" for r in cpu_grid_rows()))
     out = fits.main_power(["config/sweeps/isodepth_probes_cpu.py", f"--calibrate={path}", "--trials=2",
                               "--designs=('rscale_r','moe_r')", "--hold=('alpha','beta')", "--bootstrap=2",
-                              "--restarts=8", r"--only=^(rscale|moe)_r\d_C(3e11|1e12)_d(16|24|32)"])
+                              "--boot_restarts=4", "--restarts=8",
+                              r"--only=^(rscale|moe)_r\d_C(3e11|1e12)_d(16|24|32)"])
     assert out["reference_runs"] == 135 and abs(out["noise"] - 0.015) < 0.005  # 27 cells of 5 seeds measure the noise
     assert out["designs"]["rscale_r"]["runs"] == 2 * 2 * 3 * 3  # r = 2, 4; two budgets; three widths; three seeds
     assert out["designs"]["moe_r"]["runs"] == 3 * 2 * 3 * 2  # its own r = 1 too; two seeds
@@ -453,7 +454,8 @@ def test_figures_draw_the_probes_that_have_run(tmp_path, capsys, monkeypatch):
 
     def without_joint(path):  # and with few bootstrap resamples: the figures' contents, not their intervals
         spec = load_spec(path)
-        spec["figures"] = {k: v + ["--bootstrap=8"] for k, v in spec.get("figures", {}).items() if k != "joint"}
+        spec["figures"] = {k: v + ["--bootstrap=8", "--boot_restarts=4"] for k, v in spec.get("figures", {}).items()
+                           if k != "joint"}
         return spec
 
     monkeypatch.setattr(fits, "load_spec", without_joint)
@@ -476,7 +478,7 @@ def test_figures_draw_the_probes_that_have_run(tmp_path, capsys, monkeypatch):
 def test_fit_cli_writes_figures(tmp_path, capsys, drawn):
     path = tmp_path / "results.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in joint_rows(loops=(1, 4))))
-    scaling.main(["fit", str(path), "--law=joint", "--restarts=8", "--bootstrap=3", "--workers=1",
+    scaling.main(["fit", str(path), "--law=joint", "--restarts=8", "--bootstrap=3", "--boot_restarts=4", "--workers=1",
                   "--budgets=(4.64e17, 1e18, 2.15e18)"])
     printed = json.loads(capsys.readouterr().out)
     assert "phi" in printed["free"] and (tmp_path / "fit_joint.png").exists()
