@@ -3,6 +3,7 @@ plan's sample sizes and designs, and the committed plan being what its command w
 import json
 import math
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -122,10 +123,14 @@ def test_a_gpu_batch_trains_and_analyses_seed_after_seed_until_its_deadline(tmp_
         assert {f"analyses/s{s}/result.json" for s in batch["seeds"]} <= set(tar.getnames())
     assert "seed 2 and later wait for the next batch" in (tmp_path / "out" / "batch.log").read_text()
 
+    # the same seed again, its analysis failing: its run finished (the row, lost with results.jsonl, comes back
+    # from the run's directory without training again), so the batch goes on to the analysis stage
+    shutil.copytree(tmp_path / "sweep", tmp_path / "sweep2", ignore=shutil.ignore_patterns("results.jsonl"))
     spec.write_text(GPU_SPEC.format(out_dir=str(tmp_path / "sweep2"), data=data, fail={"1": "3"}))
     run = subprocess.run(["bash", ".ci/gpu-campaign", str(tmp_path / "out2"), str(spec)], cwd=ROOT, env=env,
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 3  # the analysis stage failed: the batch says so
+    assert "train.py" not in run.stdout and "[base_s1] ok" in run.stdout, run.stdout[-2000:]
 
 
 def test_the_t_tests_power_where_scipy_gives_nan_is_the_same_average(monkeypatch):
