@@ -411,7 +411,7 @@ for nano_file, script, label in json.load(open(cases_json)):
         try:
             runpy.run_path(script, run_name="__main__")
         except SystemExit as e:
-            code = e.code
+            code = 0 if e.code is None else e.code
     results[label] = [code, out.getvalue()]
 json.dump(results, open(results_json, "w"))
 """
