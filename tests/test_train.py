@@ -3,6 +3,7 @@ and a short run that learns."""
 import json
 import math
 import os
+import runpy
 import signal
 import socket
 import subprocess
@@ -373,6 +374,18 @@ def test_a_paper_preset_trains_on_prepared_fineweb_edu_tokens(tmp_path, monkeypa
              f"--data_dir={tokens}"]
     monkeypatch.chdir(REPO)
     monkeypatch.setattr(runlog, "peak_flops", lambda *a: 1e12)  # not the 2 s matmul timing: MFU is not tested here
+    real_run = subprocess.run
+
+    def prepare_here(cmd, **kwargs):  # the prepare.py command train.py starts, run in this process: a second
+        if not cmd[1].endswith("prepare.py"):  # interpreter (tests with data_dir start one) would only add seconds
+            return real_run(cmd, **kwargs)
+        monkeypatch.setattr(sys, "argv", cmd[1:])
+        try:
+            runpy.run_path(cmd[1], run_name="__main__")
+        except SystemExit as e:
+            return subprocess.CompletedProcess(cmd, e.code or 0, stderr="")
+        return subprocess.CompletedProcess(cmd, 0, stderr="")
+    monkeypatch.setattr(subprocess, "run", prepare_here)
     train.main(small + ["--max_iters=2", "--eval_interval=2", f"--out_dir={tmp_path / 'run'}"])
     meta = json.load(open(tokens / "meta.json"))
     assert (meta["source"], meta["tokenizer"], meta["dtype"]) == ("fineweb-edu", "gpt2", "uint16")
