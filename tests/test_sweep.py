@@ -288,7 +288,7 @@ def provenance_errors(root, scratch):
     """Each committed row either ran at a commit that holds its spec (hash equal: the rule was committed first, so
     the row's commit descends from the rule's) with the rule unchanged since, or is one of the grandfathered rows of
     records/grandfathered.json, exactly (nothing new slips in, nothing old is rewritten). scratch: a directory."""
-    old_rows, errors = sweep.grandfathered(str(root)), []
+    old_rows, errors, verdicts = sweep.grandfathered(str(root)), [], {}
     for path in sorted(glob.glob(os.path.join(root, "records", "*", "*.jsonl"))):
         name, rows = os.path.relpath(path, root), sweep.read_results(path)
         old = [r for r in rows if "spec_sha256" not in r]
@@ -296,15 +296,25 @@ def provenance_errors(root, scratch):
         if [len(old), rows_sha256(old)] != [entry["rows"], entry["rows_sha256"]]:
             errors.append(f"{name}: {len(old)} rows without a spec hash are not the grandfathered ones")
         for r in (r for r in rows if "spec_sha256" in r):
-            try:
-                assert sweep.git(str(root), "merge-base", "--is-ancestor", r["git_rev"], "HEAD") == ""
-                spec_then = os.path.join(specs_at(root, r["git_rev"], scratch), r["spec"])
-                assert sweep.file_sha256(spec_then) == r["spec_sha256"], "the spec at git_rev is not the one run"
-                assert sweep.load_spec(spec_then)["rule"] == sweep.load_spec(os.path.join(root, r["spec"]))["rule"], \
-                    "the rule changed after the row"
-            except (AssertionError, KeyError, subprocess.CalledProcessError) as e:
-                errors.append(f"{name}: {r.get('point')}: {e!r}")
+            key = tuple(r.get(k) for k in ("git_rev", "spec", "spec_sha256"))
+            if key not in verdicts:  # rows of one commit and spec have one answer: each asked once
+                verdicts[key] = ran_under_its_rule(root, scratch, r)
+            if verdicts[key]:
+                errors.append(f"{name}: {r.get('point')}: {verdicts[key]}")
     return errors
+
+
+def ran_under_its_rule(root, scratch, r):
+    """"" if row r ran at a commit of main that holds its spec as hashed, with the rule unchanged since; else why."""
+    try:
+        assert sweep.git(str(root), "merge-base", "--is-ancestor", r["git_rev"], "HEAD") == ""
+        spec_then = os.path.join(specs_at(root, r["git_rev"], scratch), r["spec"])
+        assert sweep.file_sha256(spec_then) == r["spec_sha256"], "the spec at git_rev is not the one run"
+        assert sweep.load_spec(spec_then)["rule"] == sweep.load_spec(os.path.join(root, r["spec"]))["rule"], \
+            "the rule changed after the row"
+    except (AssertionError, KeyError, subprocess.CalledProcessError) as e:
+        return repr(e)
+    return ""
 
 
 def specs_at(root, rev, scratch):
