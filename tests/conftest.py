@@ -16,6 +16,8 @@ def pytest_configure(config):
     """With -n (pytest-xdist), tests that share an expensive module fixture (a torchrun launch) run on one worker:
     `-n auto` means --dist=load, which would start the launch once per worker; loadgroup keeps each
     @pytest.mark.xdist_group together and spreads everything else as load does."""
+    # without xdist (-p no:xdist, the shuffled one-process run) the mark is still known
+    config.addinivalue_line("markers", "xdist_group(name): run these tests on one xdist worker")
     if getattr(config.option, "dist", "no") == "load":  # the controller: schedule by group
         config.option.dist = "loadgroup"
     if hasattr(config, "workerinput"):  # a worker: name each test's group in its id, as --dist=loadgroup does

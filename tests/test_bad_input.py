@@ -170,6 +170,8 @@ def run_script(script, arg, monkeypatch, capsys):
     module = script.removesuffix(".py").replace("/", ".")
     try:
         if "/" in script:
+            # as `python -m` does, from a fresh module: runpy warns when another test already imported it
+            monkeypatch.delitem(sys.modules, module, raising=False)
             runpy.run_module(module, run_name="__main__", alter_sys=False)
         else:
             runpy.run_path(os.path.join(REPO, script), run_name="__main__")

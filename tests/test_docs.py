@@ -398,23 +398,39 @@ def test_every_course_training_command_names_its_own_out_dir():
     assert len(commands) >= 8 and not missing, missing  # 8 since lectures 1-3 have their exercises in course/nano
 
 
-NANO_RUNNER = """
-import contextlib, io, json, runpy, sys
+SCRIPT_RUNNER = """
+import contextlib, io, json, os, runpy, sys
 import torch
 torch.set_num_threads(1)
-seed = torch.initial_seed()  # each case starts from a fresh process's random state
-(cases_json, results_json), results = sys.argv[1:], {}
-for nano_file, script, label in json.load(open(cases_json)):
+seed = torch.initial_seed()
+(cases_json, exercises, results_json), results = sys.argv[1:], {}
+path, installed = [exercises] + sys.path, (sys.prefix, sys.base_prefix)
+for target, script, label in json.load(open(cases_json)):
+    # each case as its own `python SCRIPT TARGET`: the project's modules imported afresh, a fresh random state
+    for m in [m for m, mod in sys.modules.items() if not (getattr(mod, "__file__", None) or sys.prefix).startswith(
+            installed)]:
+        del sys.modules[m]
+    sys.path[:], sys.argv, out, code = path, [script, target], io.StringIO(), 0
     torch.manual_seed(seed)
-    sys.argv, out, code = [script, nano_file], io.StringIO(), 0
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
         try:
             runpy.run_path(script, run_name="__main__")
         except SystemExit as e:
-            code = 0 if e.code is None else e.code
+            code = 0 if e.code is None else e.code if isinstance(e.code, int) else 1
     results[label] = [code, out.getvalue()]
 json.dump(results, open(results_json, "w"))
 """
+
+
+def run_scripts(cases, tmp):
+    """SCRIPT_RUNNER's cases [(target, script, label)] in one Python process (each imports torch once, not twelve
+    times): {label: (exit code, printout)}."""
+    (tmp / "cases.json").write_text(json.dumps(cases))
+    r = subprocess.run([sys.executable, "-c", SCRIPT_RUNNER, str(tmp / "cases.json"), EXERCISES,
+                        str(tmp / "results.json")], capture_output=True, text=True,
+                       env={**os.environ, "PYTHONPATH": "", "OMP_NUM_THREADS": "1"})
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+    return {label: tuple(result) for label, result in json.loads((tmp / "results.json").read_text()).items()}
 
 
 @pytest.fixture(scope="module")
@@ -434,11 +450,7 @@ def nano_self_checks(tmp_path_factory):
                 assert r.returncode == 0, r.stderr
             script = os.path.join(EXERCISES, name + "_check.py")
             cases.append((str(tree / "course" / "nano" / nano_file), script, f"{lecture} {case}"))
-    (tmp / "cases.json").write_text(json.dumps(cases))
-    r = subprocess.run([sys.executable, "-c", NANO_RUNNER, str(tmp / "cases.json"), str(tmp / "results.json")],
-                       capture_output=True, text=True, env={**os.environ, "PYTHONPATH": "", "OMP_NUM_THREADS": "1"})
-    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
-    return {label: tuple(result) for label, result in json.loads((tmp / "results.json").read_text()).items()}
+    return run_scripts(cases, tmp)
 
 
 def verdicts(out):
@@ -515,28 +527,6 @@ UNMODIFIED_AND_WRONG = {
     "09_log_residual": ("FFFF", "PFFF"),  # log2: 1/2 at N = 2, not strictly between 1/N and 1
     "10_reverse_probe": ("FFFF", "PFPP"),  # the words in their own order
 }
-SELF_CHECK_RUNNER = """
-import contextlib, io, json, os, runpy, sys
-import torch
-torch.set_num_threads(1)
-cases, exercises = json.load(open(sys.argv[1])), sys.argv[2]
-sys.path.insert(0, exercises)  # (selfcheck.py)
-path = list(sys.path)
-for tree, script, label in cases:
-    project = {f[:-3] for f in os.listdir(tree) if f.endswith(".py")} | {"lab"}
-    for m in [m for m in sys.modules if m.split(".")[0] in project]:
-        del sys.modules[m]
-    sys.path[:] = path
-    sys.argv = [script, tree]
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        try:
-            runpy.run_path(script, run_name="__main__")
-        except SystemExit:
-            pass
-    print("=== " + label)
-    print(out.getvalue())
-"""
 
 
 def test_the_self_checks_of_lectures_5_to_10_tell_right_from_wrong(tmp_path):
@@ -555,14 +545,10 @@ def test_the_self_checks_of_lectures_5_to_10_tell_right_from_wrong(tmp_path):
                 r = subprocess.run(["git", "apply", patch], cwd=tree, capture_output=True, text=True)
                 assert r.returncode == 0, f"{name}: {r.stderr}"
             cases.append((str(tree), os.path.join(EXERCISES, name + "_check.py"), f"{name} {case}"))
-    (tmp_path / "cases.json").write_text(json.dumps(cases))
-    r = subprocess.run([sys.executable, "-c", SELF_CHECK_RUNNER, str(tmp_path / "cases.json"), EXERCISES],
-                       capture_output=True, text=True, env={**os.environ, "PYTHONPATH": "", "OMP_NUM_THREADS": "1"})
-    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
-    outputs = dict(part.split("\n", 1) for part in r.stdout.split("=== ")[1:])
+    outputs = run_scripts(cases, tmp_path)
     for name, expected in UNMODIFIED_AND_WRONG.items():
         for case, letters in zip(("unmodified", "wrong"), expected):
-            out = outputs[f"{name} {case}"]
+            out = outputs[f"{name} {case}"][1]
             got = "".join(v[0] for _, v in sorted(verdicts(out).items()))
             assert got == letters, f"{name} {case}: {got}, expected {letters}\n{out}"
             assert f"{letters.count('P')} of {len(letters)} checks passed" in out, out
