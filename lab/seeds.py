@@ -13,7 +13,7 @@ import subprocess
 import sys
 
 from configurator import ConfigError, run
-from lab.sweep import REPO, grid_points, load_spec, read_results, record_files, rule_snapshot, sweep_dir
+from lab.sweep import REPO, done_points, grid_points, load_spec, record_files, rule_snapshot, sweep_dir
 
 
 def rows_files(spec):
@@ -25,10 +25,8 @@ def seeds_to_do(spec_path):
     """The seeds of a spec (its SEEDS) some point of which has no ok row yet (in its record file or its sweep's
     results.jsonl), in order."""
     spec = load_spec(spec_path)
-    done = set()
-    for path in record_files(spec) + [os.path.join(sweep_dir(spec), "results.jsonl")]:
-        if os.path.exists(path):
-            done |= {r["point"] for r in read_results(path) if r.get("status") == "ok"}
+    paths = record_files(spec) + [os.path.join(sweep_dir(spec), "results.jsonl")]
+    done = set().union(*(done_points(path, retry_failed=True) for path in paths))  # ok rows only
     names = {p.name for p in grid_points(spec)}
     return [s for s in spec["SEEDS"] if any(n not in done for n in names if n.endswith(f"_s{s}"))]
 
