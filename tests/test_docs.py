@@ -403,12 +403,11 @@ import contextlib, io, json, os, runpy, sys
 import torch
 torch.set_num_threads(1)
 seed = torch.initial_seed()
-(cases_json, exercises, results_json), results = sys.argv[1:], {}
-path, installed = [exercises] + sys.path, (sys.prefix, sys.base_prefix)
+(cases_json, results_json, exercises, *ours), results = sys.argv[1:], {}
+path, ours = [exercises] + sys.path, tuple([exercises] + ours)
 for target, script, label in json.load(open(cases_json)):
     # each case as its own `python SCRIPT TARGET`: the project's modules imported afresh, a fresh random state
-    for m in [m for m, mod in sys.modules.items() if not (getattr(mod, "__file__", None) or sys.prefix).startswith(
-            installed)]:
+    for m in [m for m, mod in sys.modules.items() if (getattr(mod, "__file__", None) or "").startswith(ours)]:
         del sys.modules[m]
     sys.path[:], sys.argv, out, code = path, [script, target], io.StringIO(), 0
     torch.manual_seed(seed)
@@ -426,9 +425,9 @@ def run_scripts(cases, tmp):
     """SCRIPT_RUNNER's cases [(target, script, label)] in one Python process (each imports torch once, not twelve
     times): {label: (exit code, printout)}."""
     (tmp / "cases.json").write_text(json.dumps(cases))
-    r = subprocess.run([sys.executable, "-c", SCRIPT_RUNNER, str(tmp / "cases.json"), EXERCISES,
-                        str(tmp / "results.json")], capture_output=True, text=True,
-                       env={**os.environ, "PYTHONPATH": "", "OMP_NUM_THREADS": "1"})
+    r = subprocess.run([sys.executable, "-c", SCRIPT_RUNNER, str(tmp / "cases.json"), str(tmp / "results.json"),
+                        EXERCISES, REPO, str(tmp)],  # the modules loaded from these are imported afresh
+                       capture_output=True, text=True, env={**os.environ, "PYTHONPATH": "", "OMP_NUM_THREADS": "1"})
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
     return {label: tuple(result) for label, result in json.loads((tmp / "results.json").read_text()).items()}
 
