@@ -448,14 +448,28 @@ def test_campaign_runs_use_a_worktree_of_their_rules_commit(tmp_path):
         sweep.rule_snapshot(dict(spec_file=str(spec)), str(repo))
 
 
-def test_sweep_and_scaling_on_the_command_line_say_what_they_take():
-    """`python -m lab.sweep --bogus=1` and `python -m lab.sweep config/sweeps/x.py` once printed nothing and exited 0, and
-    `python scaling.py --help` exited 2: now one line and exit 2 for bad input, help and exit 0 for --help."""
-    def cli(*args):
-        return subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=120)
-    for args in (["-m", "lab.sweep", "--bogus=1"], ["-m", "lab.sweep", "config/sweeps/x.py"]):
-        r = cli(*args)
-        assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and not r.stdout, (args, r.stderr)
-    assert "no sweep spec at config/sweeps/x.py" in r.stderr
-    r = cli("scaling.py", "--help")
-    assert r.returncode == 0 and "sweep" in r.stdout and "figures" in r.stdout
+def test_sweep_and_scaling_on_the_command_line_say_what_they_take(monkeypatch, capsys):
+    """`python -m lab.sweep --bogus=1` and `python -m lab.sweep config/sweeps/x.py` once printed nothing and exited 0,
+    and `python scaling.py --help` exited 2: now one line and exit 2 for bad input, help and exit 0 for --help. Each
+    runs in this process as `python -m` and `python` run it (a fresh interpreter would only add torch's import)."""
+    import runpy
+    monkeypatch.chdir(ROOT)
+
+    def cli(script, *args):
+        monkeypatch.setattr(sys, "argv", [script, *args])
+        try:
+            if script.endswith(".py"):
+                runpy.run_path(script, run_name="__main__")
+            else:  # `python -m` runs a fresh module
+                monkeypatch.delitem(sys.modules, script, raising=False)
+                runpy.run_module(script, run_name="__main__", alter_sys=False)
+            code = 0
+        except SystemExit as e:
+            code = e.code
+        return code, capsys.readouterr()
+    for args in (["lab.sweep", "--bogus=1"], ["lab.sweep", "config/sweeps/x.py"]):
+        code, out = cli(*args)
+        assert code == 2 and len(out.err.strip().splitlines()) == 1 and not out.out, (args, out.err)
+    assert "no sweep spec at config/sweeps/x.py" in out.err
+    code, out = cli("scaling.py", "--help")
+    assert code == 0 and "sweep" in out.out and "figures" in out.out
