@@ -2,6 +2,7 @@
 OpenMP's spinning threads can slow them a hundredfold, so tests (and the scripts they start) use one thread."""
 import functools
 import os
+import runpy
 import sys
 
 import pytest
@@ -91,6 +92,32 @@ def quick_cpu_matmul_timing():
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(distributed, "cpu_matmul_rate", functools.partial(distributed.cpu_matmul_rate, n=256))
         yield
+
+
+@pytest.fixture
+def run_script(monkeypatch, capsys):
+    """run_script(SCRIPT, *ARGS) -> (exit code, stdout, stderr): `python SCRIPT ARGS` (a root script, or a package's
+    `lab/x.py` run as `python -m lab.x`) in this process, from the repository, its imports loaded once for all (a
+    fresh interpreter would add torch's import, seconds a command)."""
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    monkeypatch.chdir(repo)
+
+    def run(script, *args):
+        monkeypatch.setattr(sys, "argv", [script, *args])
+        module = script.removesuffix(".py").replace("/", ".")
+        try:
+            if "/" in script:
+                # as `python -m` does, from a fresh module: runpy warns when another test already imported it
+                monkeypatch.delitem(sys.modules, module, raising=False)
+                runpy.run_module(module, run_name="__main__", alter_sys=False)
+            else:
+                runpy.run_path(os.path.join(repo, script), run_name="__main__")
+            code = 0
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        out = capsys.readouterr()
+        return code, out.out, out.err
+    return run
 
 
 @pytest.fixture(scope="module")

@@ -161,34 +161,13 @@ SCRIPTS = sorted(f for f in os.listdir(REPO) if f.endswith(".py") and '__name__ 
     os.path.join(REPO, f)).read()) + ["lab/campaign.py", "lab/perturb.py", "tools/side_by_side.py"]
 
 
-def run_script(script, arg, monkeypatch, capsys):
-    """The script run as `python SCRIPT ARG`, in this process (its imports are loaded once for all): (exit code,
-    stdout, stderr)."""
-    import runpy
-    monkeypatch.setattr(sys, "argv", [script, arg])
-    monkeypatch.chdir(REPO)
-    module = script.removesuffix(".py").replace("/", ".")
-    try:
-        if "/" in script:
-            # as `python -m` does, from a fresh module: runpy warns when another test already imported it
-            monkeypatch.delitem(sys.modules, module, raising=False)
-            runpy.run_module(module, run_name="__main__", alter_sys=False)
-        else:
-            runpy.run_path(os.path.join(REPO, script), run_name="__main__")
-        code = 0
-    except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-    out = capsys.readouterr()
-    return code, out.out, out.err
-
-
 @pytest.mark.parametrize("script", SCRIPTS)
-def test_every_script_answers_help_and_a_bogus_key(script, monkeypatch, capsys):
+def test_every_script_answers_help_and_a_bogus_key(script, run_script):
     """Every script a user runs (and each package's entry point): --help prints its help and exits 0; --bogus=1 ends
     with one line that names the key, exit 2 (issue 47: some printed nothing and exited 0, or printed their whole
     docstring, or exited 1)."""
-    code, out, err = run_script(script, "--help", monkeypatch, capsys)
+    code, out, err = run_script(script, "--help")
     assert code == 0 and out.strip(), f"{script} --help: exit {code}, printed {out[:200]!r}"
-    code, out, err = run_script(script, "--bogus=1", monkeypatch, capsys)
+    code, out, err = run_script(script, "--bogus=1")
     lines = (out + err).strip().splitlines()
     assert code == 2 and len(lines) == 1 and "bogus" in lines[0], f"{script} --bogus=1: exit {code}: {lines[:3]}"

@@ -448,28 +448,12 @@ def test_campaign_runs_use_a_worktree_of_their_rules_commit(tmp_path):
         sweep.rule_snapshot(dict(spec_file=str(spec)), str(repo))
 
 
-def test_sweep_and_scaling_on_the_command_line_say_what_they_take(monkeypatch, capsys):
+def test_sweep_and_scaling_on_the_command_line_say_what_they_take(run_script):
     """`python -m lab.sweep --bogus=1` and `python -m lab.sweep config/sweeps/x.py` once printed nothing and exited 0,
-    and `python scaling.py --help` exited 2: now one line and exit 2 for bad input, help and exit 0 for --help. Each
-    runs in this process as `python -m` and `python` run it (a fresh interpreter would only add torch's import)."""
-    import runpy
-    monkeypatch.chdir(ROOT)
-
-    def cli(script, *args):
-        monkeypatch.setattr(sys, "argv", [script, *args])
-        try:
-            if script.endswith(".py"):
-                runpy.run_path(script, run_name="__main__")
-            else:  # `python -m` runs a fresh module
-                monkeypatch.delitem(sys.modules, script, raising=False)
-                runpy.run_module(script, run_name="__main__", alter_sys=False)
-            code = 0
-        except SystemExit as e:
-            code = e.code
-        return code, capsys.readouterr()
-    for args in (["lab.sweep", "--bogus=1"], ["lab.sweep", "config/sweeps/x.py"]):
-        code, out = cli(*args)
-        assert code == 2 and len(out.err.strip().splitlines()) == 1 and not out.out, (args, out.err)
-    assert "no sweep spec at config/sweeps/x.py" in out.err
-    code, out = cli("scaling.py", "--help")
-    assert code == 0 and "sweep" in out.out and "figures" in out.out
+    and `python scaling.py --help` exited 2: now one line and exit 2 for bad input, help and exit 0 for --help."""
+    for arg in ("--bogus=1", "config/sweeps/x.py"):
+        code, out, err = run_script("lab/sweep.py", arg)
+        assert code == 2 and len(err.strip().splitlines()) == 1 and not out, (arg, err)
+    assert "no sweep spec at config/sweeps/x.py" in err
+    code, out, err = run_script("scaling.py", "--help")
+    assert code == 0 and "sweep" in out and "figures" in out
